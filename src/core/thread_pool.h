@@ -1,0 +1,44 @@
+#pragma once
+// A small fixed-size thread pool for data-parallel loops over the CPU kernels.
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace latentserve {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);  // n_threads <= 0: hardware concurrency
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int n_threads() const { return n_threads_; }
+
+  // Splits [begin, end) into at most n_threads contiguous chunks of at least
+  // `min_chunk` items and runs fn(chunk_begin, chunk_end) on each; the calling
+  // thread takes a chunk too. Returns when all chunks are done; an exception
+  // thrown by fn is re-thrown here.
+  void parallel_for(int64_t begin, int64_t end, const std::function<void(int64_t, int64_t)>& fn,
+                    int64_t min_chunk = 1);
+
+ private:
+  void worker_loop(int worker_index);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable work_done_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  std::vector<std::pair<int64_t, int64_t>> chunks_;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  std::exception_ptr error_;
+  bool stop_ = false;
+};
+
+}  // namespace latentserve
