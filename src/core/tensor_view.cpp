@@ -62,6 +62,9 @@ TensorView TensorView::slice(int axis, int64_t begin, int64_t end) const {
 }
 
 TensorView TensorView::transpose(int a, int b) const {
+  if (a < 0) a += rank;
+  if (b < 0) b += rank;
+  assert(a >= 0 && a < rank && b >= 0 && b < rank);
   TensorView v = *this;
   std::swap(v.shape[size_t(a)], v.shape[size_t(b)]);
   std::swap(v.strides[size_t(a)], v.strides[size_t(b)]);

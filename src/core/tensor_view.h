@@ -38,7 +38,7 @@ struct TensorView {
 
   // View of [begin, end) along dimension `axis` (shares memory).
   TensorView slice(int axis, int64_t begin, int64_t end) const;
-  // Same memory with dimensions a and b swapped.
+  // Same memory with dimensions a and b swapped (negative axes count from the end).
   TensorView transpose(int a, int b) const;
   // Contiguous views only: same elements, new shape (element count must match).
   TensorView reshape(std::initializer_list<int64_t> shape) const;
