@@ -1,0 +1,50 @@
+#pragma once
+// Causal attention over a paged KV cache for a ragged batch (any mix of prefill
+// chunks and decode tokens), for MHA, GQA and MQA: the query heads of one KV group
+// are processed together so each K/V row is read once per group. Online softmax in
+// f32, one tile per KV block.
+#include <cstdint>
+
+#include "core/thread_pool.h"
+
+namespace latentserve::cpu {
+
+struct PagedAttentionParams {
+  const float* q;        // [n_tokens, n_head, head_dim_qk], token stride q_token_stride
+  int64_t q_token_stride;
+  const float* k_cache;  // [n_slots, n_head_kv, head_dim_qk] (n_slots = n_blocks * block_size)
+  const float* v_cache;  // [n_slots, n_head_kv, head_dim_v]
+  float* out;            // [n_tokens, n_head, head_dim_v], contiguous
+  const int32_t* query_start_loc;  // [n_seqs + 1]
+  const int32_t* seq_lens;         // [n_seqs]
+  const int32_t* block_tables;     // [n_seqs, max_blocks_per_seq]
+  int64_t n_seqs;
+  int64_t max_blocks_per_seq;
+  int64_t block_size;
+  int64_t n_head;
+  int64_t n_head_kv;
+  int64_t head_dim_qk;
+  int64_t head_dim_v;
+  float softmax_scale;
+  int64_t sliding_window = 0;  // > 0: a query at position p sees keys in (p - window, p]
+};
+
+void paged_attention(const PagedAttentionParams& p, ThreadPool& pool);
+
+struct WriteKvParams {
+  const float* k;  // [n_tokens, n_head_kv * head_dim_qk], token stride k_token_stride
+  int64_t k_token_stride;
+  const float* v;  // [n_tokens, n_head_kv * head_dim_v], token stride v_token_stride
+  int64_t v_token_stride;
+  float* k_cache;  // [n_slots, n_head_kv * head_dim_qk]
+  float* v_cache;  // [n_slots, n_head_kv * head_dim_v]
+  const int64_t* slot_mapping;  // [n_tokens]; -1 = padding token, not written
+  int64_t n_tokens;
+  int64_t k_row_elements;  // n_head_kv * head_dim_qk
+  int64_t v_row_elements;  // n_head_kv * head_dim_v
+};
+
+// Stores each new token's K and V rows into its slot of the paged cache.
+void write_kv(const WriteKvParams& p);
+
+}  // namespace latentserve::cpu

@@ -1,0 +1,33 @@
+#include "cli/cli_common.h"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace latentserve::cli {
+
+std::vector<int32_t> parse_token_list(const std::string& text, const std::string& flag) {
+  std::vector<int32_t> ids;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(begin, end - begin);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    int64_t value = 0;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || value < 0 || value > INT32_MAX)
+      fail("{}: expected a comma-separated list of non-negative token ids, found '{}' at entry {}", flag, item,
+           ids.size());
+    ids.push_back(int32_t(value));
+    begin = end + 1;
+  }
+  return ids;
+}
+
+std::string format_float(float value) { return fmt::format("{}", value); }
+
+}  // namespace latentserve::cli

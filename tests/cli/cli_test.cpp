@@ -1,0 +1,93 @@
+// The CLI contract: `latentserve logits` and `generate` print JSON other tools parse;
+// bad input exits non-zero with an error that names what was wrong.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/tolerance.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Output {
+  int exit_code;
+  std::string text;  // stdout and stderr together
+};
+
+Output run(const std::string& args) {
+  std::string cmd = std::string(LATENTSERVE_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string text;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) text.append(buf.data(), n);
+  int status = pclose(pipe);
+  return {WEXITSTATUS(status), text};
+}
+
+const fs::path kFixture = fs::path(LATENTSERVE_FIXTURES_DIR) / "llama_gqa_f32";
+
+nlohmann::json reference() {
+  std::ifstream in(kFixture / "reference.json");
+  return nlohmann::json::parse(in);
+}
+
+std::string join(const std::vector<int>& ids) {
+  std::string s;
+  for (int id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  return s;
+}
+
+TEST(Cli, LogitsPrintsOneRowPerPositionMatchingTransformers) {
+  auto ref = reference();
+  auto prompt = ref["prompts"][0].get<std::vector<int>>();
+  Output out = run("logits --model " + kFixture.string() + " --block-size 32 --threads 1 --tokens " + join(prompt));
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  auto j = nlohmann::json::parse(out.text);
+  EXPECT_EQ(j["tokens"].get<std::vector<int>>(), prompt);
+  ASSERT_EQ(j["logits"].size(), prompt.size());
+  double max_diff = 0;
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    ASSERT_EQ(j["logits"][t].size(), ref["logits"][0][t].size());
+    for (size_t v = 0; v < j["logits"][t].size(); ++v)
+      max_diff = std::max(max_diff, std::abs(j["logits"][t][v].get<double>() - ref["logits"][0][t][v].get<double>()));
+  }
+  EXPECT_LE(max_diff, latentserve::testing::kLogitsAbsTolF32Checkpoint);
+}
+
+TEST(Cli, GenerateMatchesTheGreedyContinuation) {
+  auto ref = reference();
+  auto prompt = ref["prompts"][1].get<std::vector<int>>();
+  auto greedy = ref["greedy"][1].get<std::vector<int>>();
+  Output out = run("generate --model " + kFixture.string() + " --ignore-eos --max-tokens " +
+                   std::to_string(greedy.size()) + " --tokens " + join(prompt));
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(nlohmann::json::parse(out.text)["tokens"].get<std::vector<int>>(), greedy);
+}
+
+TEST(Cli, BadInputNamesWhatWasWrong) {
+  Output bad_tokens = run("logits --model " + kFixture.string() + " --tokens 1,x,3");
+  EXPECT_NE(bad_tokens.exit_code, 0);
+  EXPECT_NE(bad_tokens.text.find("--tokens"), std::string::npos) << bad_tokens.text;
+  EXPECT_NE(bad_tokens.text.find("'x'"), std::string::npos) << bad_tokens.text;
+
+  Output out_of_vocab = run("logits --model " + kFixture.string() + " --tokens 1,999999");
+  EXPECT_NE(out_of_vocab.exit_code, 0);
+  EXPECT_NE(out_of_vocab.text.find("999999"), std::string::npos) << out_of_vocab.text;
+
+  Output bad_block = run("generate --model " + kFixture.string() + " --tokens 1,2 --block-size 24");
+  EXPECT_NE(bad_block.exit_code, 0);
+  EXPECT_NE(bad_block.text.find("block-size"), std::string::npos) << bad_block.text;
+
+  Output no_model = run("logits --model /nonexistent/model --tokens 1");
+  EXPECT_NE(no_model.exit_code, 0);
+  EXPECT_NE(no_model.text.find("/nonexistent/model"), std::string::npos) << no_model.text;
+}
+
+}  // namespace

@@ -1,0 +1,113 @@
+// End to end against Hugging Face transformers: every fixture under tests/fixtures
+// (made by tools/make_fixtures.py) holds a tiny random checkpoint, prompts, the
+// reference logits for every prompt position and the greedy continuation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/tolerance.h"
+#include "engine/offline_runner.h"
+#include "model/architectures.h"
+
+namespace latentserve {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> fixture_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(LATENTSERVE_FIXTURES_DIR))
+    if (fs::exists(entry.path() / "reference.json") && fs::exists(entry.path() / "config.json"))
+      names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+struct Reference {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<std::vector<float>>> logits;  // [prompt][position][vocab]
+  std::vector<std::vector<int32_t>> greedy;
+  std::vector<double> greedy_margin;
+  bool bf16_weights = false;
+};
+
+Reference load_reference(const fs::path& dir) {
+  std::ifstream in(dir / "reference.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  Reference r;
+  r.prompts = j.at("prompts").get<decltype(r.prompts)>();
+  r.logits = j.at("logits").get<decltype(r.logits)>();
+  r.greedy = j.at("greedy").get<decltype(r.greedy)>();
+  r.greedy_margin = j.at("greedy_margin").get<std::vector<double>>();
+  r.bf16_weights = j.value("weights_dtype", std::string()) == "bfloat16";
+  return r;
+}
+
+class HfFixture : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(LATENTSERVE_FIXTURES_DIR) / GetParam();
+    ref_ = load_reference(dir_);
+    model_ = load_causal_lm(dir_, pool_);
+    tolerance_ = ref_.bf16_weights ? testing::kLogitsAbsTolBf16Checkpoint : testing::kLogitsAbsTolF32Checkpoint;
+  }
+
+  // Runs `requests` in one engine and checks every prompt position's logits and the
+  // greedy continuation of each request against transformers.
+  void check(const std::vector<size_t>& which, RunnerOptions options) {
+    std::vector<SequenceRequest> requests;
+    for (size_t i : which) requests.push_back({ref_.prompts[i], int64_t(ref_.greedy[i].size()), false});
+    OfflineRunner runner(*model_, options, pool_);
+    auto results = runner.run(requests, /*keep_prompt_logits=*/true);
+    const int64_t vocab = model_->vocab_size();
+    for (size_t r = 0; r < which.size(); ++r) {
+      const size_t i = which[r];
+      double max_diff = 0;
+      for (size_t t = 0; t < ref_.prompts[i].size(); ++t)
+        for (int64_t v = 0; v < vocab; ++v)
+          max_diff = std::max(max_diff, std::abs(double(results[r].prompt_logits[t * size_t(vocab) + size_t(v)]) -
+                                                 double(ref_.logits[i][t][size_t(v)])));
+      EXPECT_LE(max_diff, tolerance_) << "prompt " << i << ": max |logit - transformers|";
+      // A greedy path may only flip where transformers' own top-2 gap is within our error.
+      if (ref_.greedy_margin[i] > 10 * tolerance_)
+        EXPECT_EQ(results[r].generated, ref_.greedy[i]) << "prompt " << i << " greedy continuation";
+      else
+        std::cout << "[ note ] prompt " << i << ": greedy margin " << ref_.greedy_margin[i]
+                  << " is within tolerance; continuation not compared\n";
+    }
+  }
+
+  fs::path dir_;
+  Reference ref_;
+  ThreadPool pool_{2};
+  std::unique_ptr<CausalLM> model_;
+  double tolerance_ = 0;
+};
+
+TEST_P(HfFixture, EachPromptAloneBlockSize16) {
+  for (size_t i = 0; i < ref_.prompts.size(); ++i) check({i}, {16, 512});
+}
+
+TEST_P(HfFixture, EachPromptAloneBlockSize128) {
+  for (size_t i = 0; i < ref_.prompts.size(); ++i) check({i}, {128, 512});
+}
+
+// All prompts in one ragged batch, prefill chunked into 5-token steps, so steps mix
+// decode tokens of one sequence with prefill chunks of others.
+TEST_P(HfFixture, AllPromptsInOneRaggedBatchWithChunkedPrefill) {
+  std::vector<size_t> all(ref_.prompts.size());
+  std::iota(all.begin(), all.end(), 0);
+  check(all, {16, 5});
+  check(all, {32, 512});
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfFixture, ::testing::ValuesIn(fixture_names()),
+                         [](const auto& info) { return info.param; });
+
+TEST(HfFixtures, AreBundled) { EXPECT_GE(fixture_names().size(), 8u) << "tests/fixtures is missing fixtures"; }
+
+}  // namespace
+}  // namespace latentserve
