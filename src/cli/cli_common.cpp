@@ -8,6 +8,13 @@
 
 namespace latentserve::cli {
 
+void ModelOptions::add_to(CLI::App* cmd) {
+  cmd->add_option("--model", model_dir, "Hugging Face checkpoint folder (config.json, *.safetensors)")->required();
+  cmd->add_option("--block-size", block_size, "KV cache block size in tokens: 16, 32, 64 or 128");
+  cmd->add_option("--threads", threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--max-batched-tokens", max_batched_tokens, "tokens per engine step (prefill is chunked)");
+}
+
 std::vector<int32_t> parse_token_list(const std::string& text, const std::string& flag) {
   std::vector<int32_t> ids;
   size_t begin = 0;

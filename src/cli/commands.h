@@ -1,0 +1,11 @@
+#pragma once
+// Every latentserve subcommand, one file each; main.cpp lists them.
+#include "cli/cli_common.h"
+
+namespace latentserve::cli {
+
+Command add_logits_command(CLI::App& app);
+Command add_generate_command(CLI::App& app);
+Command add_check_command(CLI::App& app);
+
+}  // namespace latentserve::cli

@@ -1,0 +1,40 @@
+// `latentserve generate`: greedy continuation as JSON {"tokens":[...]}.
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "model/architectures.h"
+
+namespace latentserve::cli {
+
+namespace {
+struct GenerateArgs {
+  ModelOptions model;
+  std::string tokens;
+  int64_t max_tokens = 16;
+  bool ignore_eos = false;
+};
+
+int run_generate(const GenerateArgs& a) {
+  auto tokens = parse_token_list(a.tokens, "--tokens");
+  ThreadPool pool(a.model.threads);
+  auto model = load_causal_lm(a.model.model_dir, pool);
+  OfflineRunner runner(*model, a.model.runner_options(), pool);
+  auto results = runner.run({{tokens, a.max_tokens, !a.ignore_eos}}, false);
+  std::cout << nlohmann::json{{"tokens", results[0].generated}}.dump() << "\n";
+  return 0;
+}
+}  // namespace
+
+Command add_generate_command(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  auto* cmd = app.add_subcommand("generate", "greedy continuation as JSON {\"tokens\": [...]}");
+  args->model.add_to(cmd);
+  cmd->add_option("--tokens", args->tokens, "comma-separated prompt token ids")->required();
+  cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate");
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating after an end-of-sequence token");
+  return {cmd, [args] { return run_generate(*args); }};
+}
+
+}  // namespace latentserve::cli
