@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Writes the Hugging Face transformers reference fixtures that latentserve's tests compare against.
 
-Usage:  python3 tools/make_fixtures.py OUTDIR
+Usage:  python3 tools/make_fixtures.py OUTDIR [--only PREFIX[,PREFIX...]]
+
+--only writes just the fixtures whose names start with one of the prefixes (and skips
+rope_reference.json), e.g. `--only deepseek` for the DeepSeek fixtures alone.
 
 Needs torch (written against 2.11) and transformers (5.17) with safetensors; runs on the CPU
 in float32 and reaches nothing on the network. Writes:
@@ -22,6 +25,15 @@ reference.json:
   greedy_margin  [prompt] smallest top1 - top2 logit gap met along that greedy path: a test whose
                  own logits differ by more than half of it may legitimately pick another token
   tensors        {name: {dtype, shape, file}} as saved
+DeepSeek fixtures (MLA + MoE) add:
+  routing_margin [prompt] smallest gap, over every MoE layer and every token of prompt + greedy
+                 continuation, between the k-th and (k+1)-th expert choice score (and, where groups
+                 are limited, between the topk_group-th and next group score); weights are redrawn
+                 until it is >= MIN_ROUTING_MARGIN, so expert choices cannot flip between implementations
+  mla_reference  softmax_scale (DeepseekV*Attention.scaling), rope_attention_scaling and inv_freq of the
+                 rotary embedding, rope_interleaved, rotary_dim
+  and config_rope_scaling.json beside config.json: the same config in the older Hub form
+  (rope_theta top level, "rope_scaling" with "type"), checked to give identical logits.
 Weights are redrawn until every greedy step wins by >= MIN_GREEDY_MARGIN, so the greedy ids are
 stable under the tests' logits tolerances. Every fixture is independent: one that fails prints
 its traceback and the rest go on; the summary at the end lists failures (exit status 1).
@@ -115,6 +127,54 @@ FIXTURES = [
     fixture("llama_sharded_f32", "llama", SMALL, seed=16, shard="64KB",
             note="GQA (4 query / 2 KV heads) saved in ~64 KB shards: model.safetensors.index.json + shards"),
 ]
+
+# DeepSeek (MLA + MoE): 3 layers, layer 0 dense (first_k_dense_replace 1), 8 routed experts,
+# kv_lora_rank 32, qk_nope 16 + qk_rope 8 per head, moe_intermediate 32.
+DEEPSEEK = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=8,
+                moe_intermediate_size=32, first_k_dense_replace=1, max_position_embeddings=128, rms_norm_eps=1e-6)
+DEEPSEEK_V2 = dict(DEEPSEEK, q_lora_rank=None, n_shared_experts=2, num_experts_per_tok=2,
+                   topk_method="group_limited_greedy", n_group=4, topk_group=2, routed_scaling_factor=1.0)
+DEEPSEEK_V2_QLORA = dict(DEEPSEEK, q_lora_rank=48, v_head_dim=24, n_shared_experts=1, num_experts_per_tok=3,
+                         topk_method="greedy", n_group=1, topk_group=1, routed_scaling_factor=2.0)
+DEEPSEEK_V3 = dict(DEEPSEEK, q_lora_rank=48, v_head_dim=20, n_shared_experts=1, num_experts_per_tok=3,
+                   n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5, rope_interleave=True)
+# Hub DeepSeek-V2 style: mscale == mscale_all_dim, so the cos/sin factor is 1 and only the softmax scale moves.
+YARN_V2 = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32,
+           "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707}
+# mscale != mscale_all_dim: both the softmax scale (mscale_all_dim 0.8) and the cos/sin factor
+# (mscale(4, 1.0) / mscale(4, 0.8)) differ from 1, so applying either twice or not at all shows.
+YARN_V3 = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32,
+           "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.8}
+
+DEEPSEEK_FIXTURES = [
+    fixture("deepseek_v2_f32", "deepseek_v2", DEEPSEEK_V2, seed=101,
+            note="DeepSeek-V2-Lite style MLA (q_lora_rank null: plain q_proj), complex-pair RoPE, default rope; "
+                 "MoE softmax router with group_limited_greedy (4 groups, keep 2), 2 of 8 experts, 2 shared experts; "
+                 "layer 0 dense"),
+    fixture("deepseek_v2_qlora_f32", "deepseek_v2", DEEPSEEK_V2_QLORA, rope=YARN_V2, seed=102,
+            note="DeepSeek-V2 style MLA with q_lora_rank 48 (q_a_proj -> q_a_layernorm -> q_b_proj), v_head_dim 24; "
+                 "YaRN factor 4 with mscale = mscale_all_dim = 0.707 (softmax scale corrected, cos/sin factor 1); "
+                 "softmax greedy router, 3 of 8 experts, routed_scaling_factor 2, 1 shared expert"),
+    fixture("deepseek_v3_f32", "deepseek_v3", DEEPSEEK_V3, rope=YARN_V3, seed=103,
+            note="DeepSeek-V3 style: q_lora_rank 48, v_head_dim 20, interleaved RoPE (rope_interleave), YaRN factor 4 "
+                 "with mscale 1.0 / mscale_all_dim 0.8 (softmax scale and cos/sin factor both != 1); sigmoid router, "
+                 "noaux_tc with random non-zero e_score_correction_bias, 4 groups keep 2, 3 of 8 experts, "
+                 "norm_topk_prob, routed_scaling_factor 2.5, 1 shared expert"),
+    fixture("deepseek_v2_bf16", "deepseek_v2", DEEPSEEK_V2, dtype="bfloat16", seed=104,
+            note="deepseek_v2_f32 shape, weights stored in bf16"),
+    fixture("deepseek_v3_bf16", "deepseek_v3", DEEPSEEK_V3, rope=YARN_V3, dtype="bfloat16", seed=105,
+            note="deepseek_v3_f32 shape, weights stored in bf16 (e_score_correction_bias kept in f32, as in the "
+                 "DeepSeek-V3 checkpoints)"),
+]
+# Routing and greedy margins are both required for a DeepSeek fixture; that takes more redraws.
+MIN_ROUTING_MARGIN = 1e-3
+DEEPSEEK_MAX_SEED_ATTEMPTS = 100
+# Router weights are drawn with this logits spread (what separates softmax scores best differs from sigmoid);
+# e_score_correction_bias ~ 0.1 randn moves choices without dominating them.
+ROUTER_LOGITS_STD = {"deepseek_v2": 1.5, "deepseek_v3": 3.0}
+E_SCORE_BIAS_STD = 0.1
+MAX_ROUTER_DRAWS = 200
 
 # ---------------------------------------------------------------- RoPE reference cases ----
 
@@ -215,6 +275,9 @@ def init_weights(model, seed, tied):
                 p.copy_(scale * torch.randn(p.shape, generator=g))
             elif p.dim() == 2:  # nn.Linear weight [out, in]
                 p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+            elif p.dim() == 3 and name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+                # fused expert weights [n_experts, out, in]
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[2]))
             else:
                 raise RuntimeError(f"no init rule for parameter {name} {tuple(p.shape)}")
 
@@ -317,6 +380,188 @@ def directory_bytes(path):
     return total
 
 
+# ---------------------------------------------------------------- DeepSeek ----
+
+
+def make_deepseek_model(config):
+    """make_model, with the eager (per-expert loop) MoE experts where transformers lets us pick it."""
+    from transformers import AutoModelForCausalLM
+    try:
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", experts_implementation="eager")
+    except Exception as e:  # older transformers: no experts_implementation switch
+        print(f"  note: experts_implementation='eager' not accepted ({e!r}); using the default", flush=True)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl != "eager":
+        raise RuntimeError(f"attention implementation is {impl!r}, expected 'eager'")
+    return model.to(device="cpu", dtype=torch.float32).eval()
+
+
+def routing_margin(model, ids):
+    """Smallest routing decision gap over every MoE layer and token of one forward pass over `ids`: the k-th
+    minus (k+1)-th expert choice score after group masking and, where groups are limited, the topk_group-th
+    minus next group score. Recomputed from each router's input exactly as DeepseekV{2,3}TopkRouter does."""
+    cfg = model.config
+    captured = []
+    gates = [m for n, m in model.named_modules() if n.endswith("mlp.gate")]
+    hooks = [g.register_forward_pre_hook(lambda mod, args: captured.append((mod, args[0].detach()))) for g in gates]
+    try:
+        reset_rope_state(model)
+        with torch.no_grad():
+            model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    if len(captured) != len(gates) or not gates:
+        raise RuntimeError(f"captured {len(captured)} router inputs for {len(gates)} routers")
+    return min(gate_margin(cfg, gate, x) for gate, x in captured)
+
+
+def gate_margin(cfg, gate, x):
+    """routing_margin for one router over its inputs x [..., hidden]."""
+    import torch.nn.functional as F
+    v3 = cfg.model_type == "deepseek_v3"
+    n_exp, k = cfg.n_routed_experts, cfg.num_experts_per_tok
+    n_group, topk_group = (cfg.n_group or 1), (cfg.topk_group or 1)
+    grouped = v3 or getattr(cfg, "topk_method", "greedy") == "group_limited_greedy"
+    margin = math.inf
+    with torch.no_grad():
+        logits = F.linear(x.reshape(-1, cfg.hidden_size).to(torch.float32), gate.weight.to(torch.float32))
+        if v3:
+            choice = logits.sigmoid() + gate.e_score_correction_bias
+            group_scores = choice.view(-1, n_group, n_exp // n_group).topk(2, dim=-1)[0].sum(dim=-1)
+            fill = float("-inf")
+        else:
+            choice = logits.softmax(dim=-1, dtype=torch.float32)
+            group_scores = choice.view(-1, n_group, n_exp // n_group).max(dim=-1).values
+            fill = 0.0
+        if grouped and topk_group < n_group:
+            ordered = group_scores.sort(dim=-1, descending=True).values
+            margin = min(margin, float((ordered[:, topk_group - 1] - ordered[:, topk_group]).min()))
+            group_idx = torch.topk(group_scores, k=topk_group, dim=-1, sorted=False)[1]
+            group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+            score_mask = group_mask.unsqueeze(-1).expand(-1, n_group, n_exp // n_group).reshape(-1, n_exp)
+            choice = choice.masked_fill(~score_mask.bool(), fill)
+        ordered = choice.sort(dim=-1, descending=True).values
+        gap = ordered[:, k - 1] - ordered[:, k]
+        margin = min(margin, float(gap.min()))
+    return margin
+
+
+def router_inputs(model, gate, prompts):
+    """The inputs `gate` sees over each prompt (one forward pass per prompt), concatenated [tokens, hidden]."""
+    captured = []
+    hook = gate.register_forward_pre_hook(lambda mod, args: captured.append(args[0].detach().reshape(
+        -1, model.config.hidden_size)))
+    try:
+        for p in prompts:
+            reset_rope_state(model)
+            with torch.no_grad():
+                model(input_ids=torch.tensor([p], dtype=torch.long), use_cache=False)
+    finally:
+        hook.remove()
+    return torch.cat(captured)
+
+
+def draw_routers(model, seed, dtype):
+    """Draws each MoE layer's router (and V3's e_score_correction_bias), layer by layer, until no routing decision
+    on the fixed prompts is within MIN_ROUTING_MARGIN. A search strategy only: the continuation tokens are checked
+    afterwards (routing_margin), and the draws are seeded, so the result is reproducible."""
+    g = torch.Generator().manual_seed(seed + 7)
+    cfg = model.config
+    std = ROUTER_LOGITS_STD[cfg.model_type]
+    layers = [layer.mlp.gate for layer in model.model.layers if hasattr(layer.mlp, "gate")]
+    with torch.no_grad():
+        for gate in layers:  # in layer order: a later router's inputs depend on the earlier ones
+            x = router_inputs(model, gate, PROMPTS)
+            for _ in range(MAX_ROUTER_DRAWS):
+                w = std * torch.randn(gate.weight.shape, generator=g) / math.sqrt(gate.weight.shape[1])
+                if dtype == "bfloat16":
+                    w = w.to(torch.bfloat16).to(torch.float32)
+                gate.weight.copy_(w)
+                if hasattr(gate, "e_score_correction_bias"):
+                    gate.e_score_correction_bias.copy_(
+                        E_SCORE_BIAS_STD * torch.randn(gate.e_score_correction_bias.shape, generator=g))
+                if gate_margin(cfg, gate, x) >= MIN_ROUTING_MARGIN:
+                    break
+
+
+def choose_deepseek_seed(model, spec, tied):
+    """Redraw weights (seed + 1000 a) until every greedy step wins by MIN_GREEDY_MARGIN and no routing decision
+    along prompt + greedy continuation is within MIN_ROUTING_MARGIN. Returns (seed, greedy paths, routing margins)."""
+    name, best = spec["name"], None
+    for attempt in range(DEEPSEEK_MAX_SEED_ATTEMPTS):
+        seed = spec["seed"] + 1000 * attempt
+        set_deepseek_weights(model, seed, tied, spec["dtype"])
+        paths = [greedy(model, p, N_NEW_TOKENS) for p in PROMPTS]
+        margin = min(m for _, m in paths)
+        routing = [routing_margin(model, p + ids[:-1]) for p, (ids, _) in zip(PROMPTS, paths)]
+        score = min(margin / MIN_GREEDY_MARGIN, min(routing) / MIN_ROUTING_MARGIN)
+        if best is None or score > best[0]:
+            best = (score, seed)
+        if margin >= MIN_GREEDY_MARGIN and min(routing) >= MIN_ROUTING_MARGIN:
+            print(f"  {name}: seed {seed} (attempt {attempt + 1}): greedy margin {margin:.4f}, "
+                  f"routing margin {min(routing):.2e}", flush=True)
+            return seed, paths, routing
+    seed = best[1]
+    print(f"  warning: {name}: no seed met greedy >= {MIN_GREEDY_MARGIN} and routing >= {MIN_ROUTING_MARGIN}; "
+          f"using seed {seed} (score {best[0]:.3f})", flush=True)
+    set_deepseek_weights(model, seed, tied, spec["dtype"])
+    paths = [greedy(model, p, N_NEW_TOKENS) for p in PROMPTS]
+    routing = [routing_margin(model, p + ids[:-1]) for p, (ids, _) in zip(PROMPTS, paths)]
+    return seed, paths, routing
+
+
+def set_deepseek_weights(model, seed, tied, dtype):
+    """set_weights (LM head rescale, bf16 rounding), then the routers drawn by draw_routers."""
+    set_weights(model, seed, tied, dtype)
+    draw_routers(model, seed, dtype)
+
+
+def mla_reference(model):
+    """What transformers uses for the attention scale and the rotary embedding of this model."""
+    attn = model.model.layers[0].self_attn
+    rotary = model.model.rotary_emb
+    cfg = model.config
+    return {
+        "softmax_scale": float(attn.scaling),
+        "rope_attention_scaling": float(rotary.attention_scaling),
+        "inv_freq": [float(v) for v in rotary.original_inv_freq.to(torch.float32).tolist()],
+        "rotary_dim": 2 * int(rotary.original_inv_freq.numel()),
+        # v2 always rotates (2i, 2i+1) pairs (complex multiply); v3 when rope_interleave
+        "rope_interleaved": bool(getattr(cfg, "rope_interleave", True)) if cfg.model_type == "deepseek_v3" else True,
+        "moe_layers": [i for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "gate")],
+    }
+
+
+def write_rope_scaling_config(model, directory, logits):
+    """config_rope_scaling.json: config.json rewritten the way older Hub configs spell RoPE (rope_theta at the top
+    level, "rope_scaling" with "type", null for default RoPE). Checked: a model built from it with the same weights
+    gives the same logits. Returns the max |logit difference| (expected 0)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    with open(os.path.join(directory, "config.json")) as f:
+        cfg = json.load(f)
+    rope = dict(cfg.pop("rope_parameters"))
+    cfg["rope_theta"] = rope.pop("rope_theta")
+    rope_type = rope.pop("rope_type", "default")
+    cfg["rope_scaling"] = None if rope_type == "default" else {"type": rope_type, **rope}
+    path = os.path.join(directory, "config_rope_scaling.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    old = copy.deepcopy(cfg)
+    old.pop("transformers_version", None)
+    config = AutoConfig.for_model(old.pop("model_type"), **old)
+    twin = make_deepseek_model(config)
+    twin.load_state_dict(model.state_dict())
+    if float(twin.model.layers[0].self_attn.scaling) != float(model.model.layers[0].self_attn.scaling):
+        raise RuntimeError("config_rope_scaling.json gives another softmax scale")
+    diff = max(float((prompt_logits(twin, p) - l).abs().max()) for p, l in zip(PROMPTS, logits))
+    if diff > 1e-5:
+        raise RuntimeError(f"config_rope_scaling.json gives logits off by {diff}")
+    return diff
+
+
 # ---------------------------------------------------------------- one fixture ----
 
 
@@ -326,28 +571,32 @@ def make_fixture(spec, outdir, versions):
     shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(directory)
 
+    deepseek = spec["model_type"].startswith("deepseek")
     config = make_config(spec["model_type"], spec["cfg"], spec["rope"])
     tied = bool(config.tie_word_embeddings)
-    model = make_model(config)
+    model = make_model(config) if not deepseek else make_deepseek_model(config)
     if tied and model.get_output_embeddings().weight.data_ptr() != model.get_input_embeddings().weight.data_ptr():
         raise RuntimeError("tie_word_embeddings=True but lm_head and embed_tokens are separate tensors")
 
-    seed, paths, best = None, None, None
-    for attempt in range(MAX_SEED_ATTEMPTS):
-        seed = spec["seed"] + 1000 * attempt
-        set_weights(model, seed, tied, spec["dtype"])
-        paths = [greedy(model, p, N_NEW_TOKENS) for p in PROMPTS]
-        margin = min(m for _, m in paths)
-        if best is None or margin > best[1]:
-            best = (seed, margin)
-        if margin >= MIN_GREEDY_MARGIN:
-            break
+    seed, paths, best, routing = None, None, None, None
+    if not deepseek:
+        for attempt in range(MAX_SEED_ATTEMPTS):
+            seed = spec["seed"] + 1000 * attempt
+            set_weights(model, seed, tied, spec["dtype"])
+            paths = [greedy(model, p, N_NEW_TOKENS) for p in PROMPTS]
+            margin = min(m for _, m in paths)
+            if best is None or margin > best[1]:
+                best = (seed, margin)
+            if margin >= MIN_GREEDY_MARGIN:
+                break
+        else:
+            seed = best[0]
+            print(f"  warning: {name}: no seed gave greedy margins >= {MIN_GREEDY_MARGIN}; using seed {seed} "
+                  f"(margin {best[1]:.4f})", flush=True)
+            set_weights(model, seed, tied, spec["dtype"])
+            paths = [greedy(model, p, N_NEW_TOKENS) for p in PROMPTS]
     else:
-        seed = best[0]
-        print(f"  warning: {name}: no seed gave greedy margins >= {MIN_GREEDY_MARGIN}; using seed {seed} "
-              f"(margin {best[1]:.4f})", flush=True)
-        set_weights(model, seed, tied, spec["dtype"])
-        paths = [greedy(model, p, N_NEW_TOKENS) for p in PROMPTS]
+        seed, paths, routing = choose_deepseek_seed(model, spec, tied)
 
     logits = [prompt_logits(model, p) for p in PROMPTS]
     logits_std = float(logits[2].std(dim=-1).mean())
@@ -361,6 +610,13 @@ def make_fixture(spec, outdir, versions):
         print(f"  note: {name}: generate() cross-check skipped: {e!r}", flush=True)
 
     to_save = model if spec["dtype"] == "float32" else copy.deepcopy(model).to(torch.bfloat16)
+    if deepseek and spec["dtype"] != "float32":
+        # The reference ran with the f32 bias; keep it f32 in the file (as DeepSeek-V3 checkpoints do).
+        with torch.no_grad():
+            for bname, b32 in sorted(model.named_buffers()):
+                if bname.endswith("e_score_correction_bias"):
+                    owner, attr = bname.rsplit(".", 1)
+                    setattr(to_save.get_submodule(owner), attr, b32.detach().clone().to(torch.float32))
     save(to_save, directory, spec["shard"])
     tensors = saved_tensors(directory)
     if not tensors:
@@ -405,6 +661,16 @@ def make_fixture(spec, outdir, versions):
         "seed": seed,
         "versions": versions,
     }
+    if deepseek:
+        reference["routing_margin"] = [round7(m) for m in routing]
+        reference["routing_margin_method"] = (
+            "min over MoE layers and tokens of prompt + greedy ids[:-1] (one forward pass, use_cache=False) of the "
+            "k-th minus (k+1)-th expert choice score (softmax score for deepseek_v2; sigmoid + "
+            "e_score_correction_bias for deepseek_v3) after group masking, and of the topk_group-th minus next group "
+            "score where groups are limited")
+        reference["mla_reference"] = mla_reference(model)
+        reference["experts_implementation"] = getattr(model.config, "_experts_implementation", None)
+        reference["rope_scaling_form_max_abs_diff"] = write_rope_scaling_config(model, directory, logits)
     if spec["rope"].get("rope_type") == "dynamic":
         reference["rope_note"] = (
             "Each forward call uses inv_freq for seq_len = max(position_ids) + 1 when that exceeds "
@@ -498,6 +764,10 @@ def collect_versions():
 
 
 def main(argv):
+    only = None
+    if len(argv) == 4 and argv[2] == "--only":
+        only = tuple(p for p in argv[3].split(",") if p)
+        argv = argv[:2]
     if len(argv) != 2 or argv[1] in ("-h", "--help"):
         print(__doc__)
         return 2
@@ -514,7 +784,10 @@ def main(argv):
         print("warning: written against transformers 5.x; this is " + versions["transformers"], flush=True)
 
     written, failed = [], []
-    for spec in FIXTURES:
+    specs = FIXTURES + DEEPSEEK_FIXTURES
+    if only:
+        specs = [spec for spec in specs if spec["name"].startswith(only)]
+    for spec in specs:
         print(f"fixture {spec['name']}", flush=True)
         try:
             make_fixture(spec, outdir, versions)
@@ -527,7 +800,8 @@ def main(argv):
 
     rope_failures = []
     try:
-        rope_failures = make_rope_reference(outdir, versions)
+        if not only:
+            rope_failures = make_rope_reference(outdir, versions)
     except Exception:
         print("FAILED rope_reference.json:", flush=True)
         traceback.print_exc()
@@ -538,7 +812,7 @@ def main(argv):
                    "versions": versions}, f, indent=1)
     total = directory_bytes(outdir)
     print()
-    print(f"summary: {len(written)} of {len(FIXTURES)} fixtures written, failed: {failed or 'none'}; "
+    print(f"summary: {len(written)} of {len(specs)} fixtures written, failed: {failed or 'none'}; "
           f"rope cases failed: {[r['name'] for r in rope_failures] or 'none'}; total {total / 1e6:.1f} MB")
     if total > 10e6:
         print("warning: output is over 10 MB")

@@ -14,12 +14,12 @@
 namespace latentserve::cli {
 
 namespace {
-int run_check(const ModelOptions& o) {
+int run_check(const ModelArgs& o) {
   std::ifstream file(o.model_dir + "/reference.json");
   if (!file) fail("{}/reference.json: cannot open (check needs a fixture made by tools/make_fixtures.py)", o.model_dir);
   nlohmann::json ref = nlohmann::json::parse(file);
   ThreadPool pool(o.threads);
-  auto model = load_causal_lm(o.model_dir, pool);
+  auto model = load_causal_lm(o.model_dir, pool, o.model_options());
   OfflineRunner runner(*model, o.runner_options(), pool);
   std::vector<SequenceRequest> requests;
   for (size_t i = 0; i < ref.at("prompts").size(); ++i)
@@ -41,14 +41,14 @@ int run_check(const ModelOptions& o) {
   }
   const AttentionSpec spec = model->attention_spec();
   fmt::print("{} attention, KV cache {} blocks of {} tokens, {} bytes per token (f32, all layers)\n",
-             attention_kind_name(spec.kind), runner.stats().n_kv_blocks, o.block_size,
+             attention_kind_name(spec.kind), runner.stats().n_kv_blocks, runner.block_size_tokens(),
              spec.kv_bytes_per_token(DType::F32, model->n_layer()));
   return all_ok ? 0 : 1;
 }
 }  // namespace
 
 Command add_check_command(CLI::App& app) {
-  auto args = std::make_shared<ModelOptions>();
+  auto args = std::make_shared<ModelArgs>();
   auto* cmd = app.add_subcommand("check", "compare with a fixture's reference.json (Hugging Face transformers)");
   args->add_to(cmd);
   return {cmd, [args] { return run_check(*args); }};

@@ -8,11 +8,23 @@
 
 namespace latentserve::cli {
 
-void ModelOptions::add_to(CLI::App* cmd) {
+void ModelArgs::add_to(CLI::App* cmd) {
   cmd->add_option("--model", model_dir, "Hugging Face checkpoint folder (config.json, *.safetensors)")->required();
-  cmd->add_option("--block-size", block_size, "KV cache block size in tokens: 16, 32, 64 or 128");
+  cmd->add_option("--block-size", block_size, "KV cache block size in tokens: 16, 32, 64 or 128 (default 16; 64 for MLA)");
+  cmd->add_option("--attention", attention, "MLA compute path: naive (materialise K/V) or absorbed (latent space)");
   cmd->add_option("--threads", threads, "CPU threads (0 = all cores)");
   cmd->add_option("--max-batched-tokens", max_batched_tokens, "tokens per engine step (prefill is chunked)");
+}
+
+latentserve::ModelOptions ModelArgs::model_options() const {
+  latentserve::ModelOptions o;
+  if (attention == "naive")
+    o.mla_path = MlaPath::Naive;
+  else if (attention == "absorbed")
+    o.mla_path = MlaPath::Absorbed;
+  else
+    fail("--attention: expected naive or absorbed, found '{}'", attention);
+  return o;
 }
 
 std::vector<int32_t> parse_token_list(const std::string& text, const std::string& flag) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/offline_runner.h"
+#include "model/model_options.h"
 
 namespace latentserve::cli {
 
@@ -17,15 +18,17 @@ struct Command {
   std::function<int()> run;
 };
 
-// Options every model-running subcommand takes.
-struct ModelOptions {
+// Arguments every model-running subcommand takes.
+struct ModelArgs {
   std::string model_dir;
-  int64_t block_size = 16;
+  int64_t block_size = 0;  // 0: the model's default
+  std::string attention = "absorbed";  // MLA compute path
   int threads = 0;
   int64_t max_batched_tokens = 512;
 
   void add_to(CLI::App* cmd);
   RunnerOptions runner_options() const { return {block_size, max_batched_tokens}; }
+  latentserve::ModelOptions model_options() const;  // validates --attention
 };
 
 // "1,17,250" -> {1, 17, 250}; an entry that is not an integer is an Error naming it.

@@ -7,5 +7,6 @@ namespace latentserve::cli {
 Command add_logits_command(CLI::App& app);
 Command add_generate_command(CLI::App& app);
 Command add_check_command(CLI::App& app);
+Command add_plan_command(CLI::App& app);
 
 }  // namespace latentserve::cli

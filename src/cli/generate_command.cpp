@@ -10,7 +10,7 @@ namespace latentserve::cli {
 
 namespace {
 struct GenerateArgs {
-  ModelOptions model;
+  ModelArgs model;
   std::string tokens;
   int64_t max_tokens = 16;
   bool ignore_eos = false;
@@ -19,7 +19,7 @@ struct GenerateArgs {
 int run_generate(const GenerateArgs& a) {
   auto tokens = parse_token_list(a.tokens, "--tokens");
   ThreadPool pool(a.model.threads);
-  auto model = load_causal_lm(a.model.model_dir, pool);
+  auto model = load_causal_lm(a.model.model_dir, pool, a.model.model_options());
   OfflineRunner runner(*model, a.model.runner_options(), pool);
   auto results = runner.run({{tokens, a.max_tokens, !a.ignore_eos}}, false);
   std::cout << nlohmann::json{{"tokens", results[0].generated}}.dump() << "\n";

@@ -10,14 +10,14 @@ namespace latentserve::cli {
 
 namespace {
 struct LogitsArgs {
-  ModelOptions model;
+  ModelArgs model;
   std::string tokens;
 };
 
 int run_logits(const LogitsArgs& a) {
   auto tokens = parse_token_list(a.tokens, "--tokens");
   ThreadPool pool(a.model.threads);
-  auto model = load_causal_lm(a.model.model_dir, pool);
+  auto model = load_causal_lm(a.model.model_dir, pool, a.model.model_options());
   OfflineRunner runner(*model, a.model.runner_options(), pool);
   auto results = runner.run({{tokens, 0, true}}, /*keep_prompt_logits=*/true);
   const size_t vocab = size_t(model->vocab_size());

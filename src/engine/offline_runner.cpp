@@ -11,8 +11,10 @@ namespace latentserve {
 
 OfflineRunner::OfflineRunner(CausalLM& model, RunnerOptions options, ThreadPool& pool)
     : model_(model), options_(options), pool_(pool) {
-  if (!is_supported_block_size(options.block_size_tokens))
-    fail("--block-size must be 16, 32, 64 or 128, got {}", options.block_size_tokens);
+  if (options_.block_size_tokens == 0)
+    options_.block_size_tokens = model.attention_spec().kind == AttentionKind::MLA ? 64 : 16;
+  if (!is_supported_block_size(options_.block_size_tokens))
+    fail("--block-size must be 16, 32, 64 or 128, got {}", options_.block_size_tokens);
   if (options.max_batched_tokens <= 0) fail("max_batched_tokens must be positive, got {}", options.max_batched_tokens);
 }
 

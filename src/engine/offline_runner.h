@@ -12,7 +12,7 @@
 namespace latentserve {
 
 struct RunnerOptions {
-  int64_t block_size_tokens = 16;
+  int64_t block_size_tokens = 0;     // 0: the model's default (16; 64 for MLA's latent cache)
   int64_t max_batched_tokens = 512;  // tokens per step (prefill is chunked to fit)
 };
 
@@ -43,6 +43,7 @@ class OfflineRunner {
 
   std::vector<SequenceResult> run(const std::vector<SequenceRequest>& requests, bool keep_prompt_logits);
   const RunnerStats& stats() const { return stats_; }
+  int64_t block_size_tokens() const { return options_.block_size_tokens; }
 
  private:
   CausalLM& model_;

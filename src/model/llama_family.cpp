@@ -13,28 +13,14 @@
 #include "core/convert.h"
 #include "core/error.h"
 #include "model/architectures.h"
+#include "model/linear_weight.h"
 
 namespace latentserve {
 namespace {
 
-struct Linear {
-  TensorView weight;        // [out, in]
-  std::vector<float> bias;  // [out] or empty
-
-  void load(WeightSource& w, const std::string& prefix, int64_t out, int64_t in, bool with_bias) {
-    weight = w.get(prefix + ".weight", {out, in});
-    if (with_bias) bias = w.get_f32(prefix + ".bias", out);
-  }
-  int64_t out_features() const { return weight.dim(0); }
-  // y[n, out] = x[n, in] · Wᵀ + b
-  void operator()(const float* x, int64_t n, float* y, ThreadPool& pool) const {
-    cpu::linear(x, n, weight, bias.empty() ? nullptr : bias.data(), y, pool);
-  }
-};
-
 struct Layer {
   TensorView input_norm, post_attention_norm, q_norm, k_norm;
-  Linear q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+  LinearWeight q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
 };
 
 class LlamaFamilyModel final : public CausalLM {
@@ -160,6 +146,8 @@ class LlamaFamilyModel final : public CausalLM {
     p.q_token_stride = nh * hd;
     p.k_cache = kv.k(layer);
     p.v_cache = kv.v(layer);
+    p.k_slot_stride = nkv * hd;
+    p.v_slot_stride = nkv * hd;
     p.out = attn_.data();
     p.query_start_loc = meta.query_start_loc.data();
     p.seq_lens = meta.seq_lens.data();
@@ -195,7 +183,7 @@ class LlamaFamilyModel final : public CausalLM {
   ThreadPool& pool_;
   AttentionSpec spec_;
   TensorView embed_, final_norm_;
-  Linear lm_head_;
+  LinearWeight lm_head_;
   std::vector<Layer> layers_;
   RopeTables rope_;
   int64_t dynamic_rope_seq_len_ = -1;  // the seq_len rope_ was computed for (dynamic NTK only)
@@ -206,7 +194,7 @@ class LlamaFamilyModel final : public CausalLM {
 }  // namespace
 
 std::unique_ptr<CausalLM> make_llama_family(ModelConfig config, std::unique_ptr<WeightSource> weights,
-                                            ThreadPool& pool) {
+                                            const ModelOptions&, ThreadPool& pool) {
   return std::make_unique<LlamaFamilyModel>(std::move(config), std::move(weights), pool);
 }
 

@@ -1,4 +1,5 @@
-// config.json -> ModelConfig for the Llama family (llama, mistral, qwen2, qwen3).
+// config.json -> ModelConfig for the Llama family (llama, mistral, qwen2, qwen3) and
+// DeepSeek (deepseek_v2, deepseek_v3; their own fields in deepseek_config.cpp).
 // Defaults follow the transformers configuration classes of each model type, so a field
 // a config.json leaves out means what it means to transformers.
 #include "model/model_config.h"
@@ -6,7 +7,10 @@
 #include <array>
 #include <fstream>
 
+#include <cmath>
+
 #include "core/error.h"
+#include "model/deepseek_config.h"
 
 namespace latentserve {
 
@@ -28,12 +32,26 @@ struct ArchitectureInfo {
   std::optional<int64_t> default_eos_token_id;
 };
 
-const std::array<ArchitectureInfo, 4> kArchitectures = {{
+const std::array<ArchitectureInfo, 6> kArchitectures = {{
     {"llama", "LlamaForCausalLM", 2048, std::nullopt, std::nullopt, std::nullopt, 1, 2},
     {"mistral", "MistralForCausalLM", 4096 * 32, 8, std::nullopt, 4096, 1, 2},
     {"qwen2", "Qwen2ForCausalLM", 32768, 32, std::nullopt, 4096, std::nullopt, std::nullopt},
     {"qwen3", "Qwen3ForCausalLM", 32768, 32, 128, 4096, std::nullopt, std::nullopt},
+    // DeepSeek: n_head_kv and head_dim are set by parse_deepseek_config (MLA), not from here.
+    {"deepseek_v2", "DeepseekV2ForCausalLM", 2048, std::nullopt, std::nullopt, std::nullopt, 1, 2},
+    {"deepseek_v3", "DeepseekV3ForCausalLM", 4096, std::nullopt, std::nullopt, std::nullopt, 0, 1},
 }};
+
+// model_type spellings that mean another one: Kimi-K2 ships model_type "kimi_k2" with
+// architectures ["DeepseekV3ForCausalLM"] and the DeepSeek-V3 layout.
+std::string canonical_model_type(const std::string& model_type) {
+  if (model_type == "kimi_k2") return "deepseek_v3";
+  return model_type;
+}
+
+bool is_deepseek(const std::string& model_type) {
+  return model_type == "deepseek_v2" || model_type == "deepseek_v3";
+}
 
 // Absent key -> `absent`; null -> nullopt; otherwise the integer.
 std::optional<int64_t> integer_or(const json& j, const char* key, std::optional<int64_t> absent,
@@ -109,7 +127,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   c.architecture = first_architecture(j, source);
   const ArchitectureInfo* arch = nullptr;
   if (auto model_type = cf::string(j, "model_type", source)) {
-    arch = find_model_type(*model_type);
+    arch = find_model_type(canonical_model_type(*model_type));
     if (!arch)
       fail("{}: model_type '{}' is not supported (supported: {})", source, *model_type, supported_model_types());
   }
@@ -133,11 +151,16 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
   c.intermediate_size = positive(cf::required_integer(j, "intermediate_size", source), "intermediate_size", source);
   c.n_layer = positive(cf::required_integer(j, "num_hidden_layers", source), "num_hidden_layers", source);
   c.n_head = positive(cf::required_integer(j, "num_attention_heads", source), "num_attention_heads", source);
-  c.n_head_kv = positive(integer_or(j, "num_key_value_heads", arch->default_n_head_kv, source).value_or(c.n_head),
-                         "num_key_value_heads", source);
-  if (c.n_head % c.n_head_kv != 0)
-    fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", source, c.n_head, c.n_head_kv);
-  if (auto head_dim = integer_or(j, "head_dim", arch->default_head_dim, source)) {
+  const bool deepseek = is_deepseek(type);
+  if (!deepseek) {
+    c.n_head_kv = positive(integer_or(j, "num_key_value_heads", arch->default_n_head_kv, source).value_or(c.n_head),
+                           "num_key_value_heads", source);
+    if (c.n_head % c.n_head_kv != 0)
+      fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", source, c.n_head, c.n_head_kv);
+  }
+  if (deepseek) {
+    // n_head_kv and head_dim come from the MLA fields (parse_deepseek_config, below).
+  } else if (auto head_dim = integer_or(j, "head_dim", arch->default_head_dim, source)) {
     c.head_dim = positive(*head_dim, "head_dim", source);
   } else {
     if (c.hidden_size % c.n_head != 0)
@@ -210,6 +233,13 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
     if (!(*partial > 0.0 && *partial <= 1.0))
       fail("{}: field 'partial_rotary_factor' must be in (0, 1], found {}", source, *partial);
     c.rope.partial_rotary_factor = *partial;
+  }
+
+  if (deepseek) {
+    parse_deepseek_config(j, *rope_object, source, c);
+  } else {
+    // LlamaAttention & co.: self.scaling = self.head_dim**-0.5
+    c.softmax_scale = std::pow(double(c.head_dim), -0.5);
   }
   return c;
 }

@@ -19,6 +19,7 @@ namespace {
 struct Case {
   int64_t n_head, n_head_kv, head_dim_qk, head_dim_v, block_size, sliding_window;
   std::vector<std::pair<int64_t, int64_t>> seqs;  // (seq_len after this step, new tokens this step)
+  bool latent_row = false;  // MLA absorbed: V is the first head_dim_v elements of the K row (one cache row)
 };
 
 std::vector<float> random_vector(std::mt19937& rng, int64_t n) {
@@ -51,6 +52,8 @@ void run_case(const Case& c, uint32_t seed) {
   for (int64_t s = 0; s < n_seqs; ++s) {
     auto [len, n_new] = c.seqs[size_t(s)];
     std::vector<float> k = random_vector(rng, len * c.n_head_kv * dk), v = random_vector(rng, len * c.n_head_kv * dv);
+    if (c.latent_row)  // [len, 1, dk] -> V = K[:, :, :dv]
+      for (int64_t pos = 0; pos < len; ++pos) std::copy_n(&k[size_t(pos * dk)], dv, &v[size_t(pos * dv)]);
     std::vector<float> q = random_vector(rng, n_new * c.n_head * dk);
     for (int64_t b = 0; b < (len + bs - 1) / bs; ++b) tables[size_t(s * max_blocks + b)] = block_ids[next_block++];
     for (int64_t pos = 0; pos < len; ++pos) {
@@ -72,7 +75,9 @@ void run_case(const Case& c, uint32_t seed) {
   p.q = q_all.data();
   p.q_token_stride = c.n_head * dk;
   p.k_cache = k_cache.data();
-  p.v_cache = v_cache.data();
+  p.v_cache = c.latent_row ? k_cache.data() : v_cache.data();
+  p.k_slot_stride = c.n_head_kv * dk;
+  p.v_slot_stride = c.latent_row ? c.n_head_kv * dk : c.n_head_kv * dv;
   p.out = out.data();
   p.query_start_loc = query_start.data();
   p.seq_lens = seq_lens.data();
@@ -114,6 +119,14 @@ TEST(PagedAttention, EveryBlockSize) {
     SCOPED_TRACE(bs);
     run_case({4, 2, 32, 32, bs, 0, {{bs + 1, 1}, {2 * bs, bs}, {3, 3}}}, uint32_t(10 + bs));
   }
+}
+
+// MLA's absorbed form: 6 heads share one 40-wide latent row [c_kv(32) | k_pe(8)] that
+// serves as the key, and its first 32 elements as the value.
+TEST(PagedAttention, LatentRowSharedByKeyAndValue) {
+  Case c{6, 1, 40, 32, 64, 0, {{130, 1}, {70, 70}, {65, 2}}};
+  c.latent_row = true;
+  run_case(c, 5);
 }
 
 TEST(PagedAttention, SlidingWindow) {

@@ -51,18 +51,30 @@ class HfFixture : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     dir_ = fs::path(LATENTSERVE_FIXTURES_DIR) / GetParam();
     ref_ = load_reference(dir_);
-    model_ = load_causal_lm(dir_, pool_);
+    models_.emplace_back("default", load_causal_lm(dir_, pool_));
+    if (models_[0].second->attention_spec().kind == AttentionKind::MLA) {  // both MLA paths
+      ModelOptions naive;
+      naive.mla_path = MlaPath::Naive;
+      models_.emplace_back("naive", load_causal_lm(dir_, pool_, naive));
+    }
     tolerance_ = ref_.bf16_weights ? testing::kLogitsAbsTolBf16Checkpoint : testing::kLogitsAbsTolF32Checkpoint;
   }
 
   // Runs `requests` in one engine and checks every prompt position's logits and the
   // greedy continuation of each request against transformers.
   void check(const std::vector<size_t>& which, RunnerOptions options) {
+    for (auto& [path, model] : models_) {
+      SCOPED_TRACE("model path: " + path);
+      check(*model, which, options);
+    }
+  }
+
+  void check(CausalLM& model, const std::vector<size_t>& which, RunnerOptions options) {
     std::vector<SequenceRequest> requests;
     for (size_t i : which) requests.push_back({ref_.prompts[i], int64_t(ref_.greedy[i].size()), false});
-    OfflineRunner runner(*model_, options, pool_);
+    OfflineRunner runner(model, options, pool_);
     auto results = runner.run(requests, /*keep_prompt_logits=*/true);
-    const int64_t vocab = model_->vocab_size();
+    const int64_t vocab = model.vocab_size();
     for (size_t r = 0; r < which.size(); ++r) {
       const size_t i = which[r];
       double max_diff = 0;
@@ -83,7 +95,7 @@ class HfFixture : public ::testing::TestWithParam<std::string> {
   fs::path dir_;
   Reference ref_;
   ThreadPool pool_{2};
-  std::unique_ptr<CausalLM> model_;
+  std::vector<std::pair<std::string, std::unique_ptr<CausalLM>>> models_;  // MLA: absorbed and naive
   double tolerance_ = 0;
 };
 
@@ -102,6 +114,41 @@ TEST_P(HfFixture, AllPromptsInOneRaggedBatchWithChunkedPrefill) {
   std::iota(all.begin(), all.end(), 0);
   check(all, {16, 5});
   check(all, {32, 512});
+}
+
+// MLA fixtures: the naive and absorbed paths agree with each other far inside the
+// tolerance to transformers (1e-5 relative in f32).
+TEST_P(HfFixture, MlaPathsAgree) {
+  if (models_.size() < 2) GTEST_SKIP() << "not an MLA model";
+  std::vector<SequenceRequest> requests;
+  for (const auto& p : ref_.prompts) requests.push_back({p, 4, false});
+  OfflineRunner a(*models_[0].second, {64, 7}, pool_), b(*models_[1].second, {64, 7}, pool_);
+  auto ra = a.run(requests, true), rb = b.run(requests, true);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    double max_abs = 0, max_diff = 0;
+    for (size_t j = 0; j < ra[i].prompt_logits.size(); ++j) {
+      max_abs = std::max(max_abs, std::abs(double(ra[i].prompt_logits[j])));
+      max_diff = std::max(max_diff, std::abs(double(ra[i].prompt_logits[j]) - double(rb[i].prompt_logits[j])));
+    }
+    EXPECT_LE(max_diff / max_abs, ref_.bf16_weights ? 1e-4 : 1e-5) << "prompt " << i;
+    EXPECT_EQ(ra[i].generated, rb[i].generated) << "prompt " << i;
+  }
+}
+
+// A fixture may carry its config in the older `rope_scaling` form too: both must give
+// the same RoPE tables and softmax scale.
+TEST_P(HfFixture, RopeScalingFormParsesTheSame) {
+  const fs::path older = dir_ / "config_rope_scaling.json";
+  if (!fs::exists(older)) GTEST_SKIP() << "no config_rope_scaling.json";
+  std::ifstream in(older);
+  ModelConfig a = ModelConfig::load(dir_), b = ModelConfig::from_json(nlohmann::json::parse(in), older.string());
+  const int64_t rope_dim = a.mla ? a.mla->qk_rope_head_dim : a.head_dim;
+  auto ta = compute_rope_tables(a.rope, rope_dim, a.max_position_embeddings, 64);
+  auto tb = compute_rope_tables(b.rope, rope_dim, b.max_position_embeddings, 64);
+  EXPECT_EQ(ta.inv_freq, tb.inv_freq);
+  EXPECT_EQ(ta.attention_factor, tb.attention_factor);
+  EXPECT_EQ(a.softmax_scale, b.softmax_scale);
+  EXPECT_EQ(a.rope.interleaved, b.rope.interleaved);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfFixture, ::testing::ValuesIn(fixture_names()),

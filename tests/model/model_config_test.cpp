@@ -490,9 +490,9 @@ TEST(ModelConfig, YarnWithoutOriginalUsesMaxPositions) {
 
 TEST(ModelConfigErrors, UnknownModelTypeIsNamedWithTheSupportedList) {
   json j = json::parse(kLlama31_8B);
-  j["model_type"] = "deepseek_v3";
-  EXPECT_THAT(error_of(j), AllOf(HasSubstr("m/config.json"), HasSubstr("'deepseek_v3'"),
-                                 HasSubstr("llama, mistral, qwen2, qwen3")));
+  j["model_type"] = "gpt_neox";
+  EXPECT_THAT(error_of(j), AllOf(HasSubstr("m/config.json"), HasSubstr("'gpt_neox'"),
+                                 HasSubstr("llama, mistral, qwen2, qwen3, deepseek_v2, deepseek_v3")));
 }
 
 TEST(ModelConfigErrors, UnknownArchitectureIsNamedWithTheSupportedList) {

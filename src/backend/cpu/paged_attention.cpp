@@ -57,7 +57,7 @@ void attend_one_group(const PagedAttentionParams& p, int64_t token, int64_t seq,
     const int64_t slot0 = block * bs + (first - tile_begin);
     // scores[g, j] = scale * q_g · k_j over this tile
     for (int64_t j = 0; j < n; ++j) {
-      const float* k = p.k_cache + ((slot0 + j) * p.n_head_kv + kv_head) * dk;
+      const float* k = p.k_cache + (slot0 + j) * p.k_slot_stride + kv_head * dk;
       for (int64_t g = 0; g < group; ++g) st.scores[size_t(g * bs + j)] = p.softmax_scale * dot(q0 + g * dk, k, dk);
     }
     for (int64_t g = 0; g < group; ++g) {
@@ -77,7 +77,7 @@ void attend_one_group(const PagedAttentionParams& p, int64_t token, int64_t seq,
     }
     // acc[g] += Σ_j s[g, j] * v_j
     for (int64_t j = 0; j < n; ++j) {
-      const float* v = p.v_cache + ((slot0 + j) * p.n_head_kv + kv_head) * dv;
+      const float* v = p.v_cache + (slot0 + j) * p.v_slot_stride + kv_head * dv;
       for (int64_t g = 0; g < group; ++g) scale_add(&st.acc[size_t(g * dv)], v, st.scores[size_t(g * bs + j)], dv);
     }
   }

@@ -12,8 +12,10 @@ namespace latentserve::cpu {
 struct PagedAttentionParams {
   const float* q;        // [n_tokens, n_head, head_dim_qk], token stride q_token_stride
   int64_t q_token_stride;
-  const float* k_cache;  // [n_slots, n_head_kv, head_dim_qk] (n_slots = n_blocks * block_size)
-  const float* v_cache;  // [n_slots, n_head_kv, head_dim_v]
+  const float* k_cache;  // [n_slots, n_head_kv, head_dim_qk] rows k_slot_stride apart (n_slots = n_blocks * block_size)
+  const float* v_cache;  // [n_slots, n_head_kv, head_dim_v] rows v_slot_stride apart
+  int64_t k_slot_stride;  // elements between slots: n_head_kv * head_dim_qk for a standard cache;
+  int64_t v_slot_stride;  // MLA's absorbed path reads K and V from one latent row (v_cache = k_cache)
   float* out;            // [n_tokens, n_head, head_dim_v], contiguous
   const int32_t* query_start_loc;  // [n_seqs + 1]
   const int32_t* seq_lens;         // [n_seqs]

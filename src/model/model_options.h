@@ -1,0 +1,11 @@
+#pragma once
+// Run-time choices about how a model computes (not what it is: that is ModelConfig).
+#include "attention/mla_attention.h"
+
+namespace latentserve {
+
+struct ModelOptions {
+  MlaPath mla_path = MlaPath::Absorbed;  // MLA models: --attention naive|absorbed
+};
+
+}  // namespace latentserve

@@ -1,0 +1,24 @@
+#pragma once
+// Measures this machine's roofs, so benchmarks can print a step's speed as a fraction
+// of what the hardware did in the same run: the memory read bandwidth that bounds
+// decode (streaming the weights) and the f32 GEMM rate that bounds prefill.
+// These run for a second or so each; benchmarks call them, the engine does not.
+#include <cstddef>
+#include <cstdint>
+
+#include "core/thread_pool.h"
+
+namespace latentserve {
+
+// GB/s (1e9 bytes) of a threaded, vectorised streaming read (a sum) over a `bytes`
+// buffer far larger than the caches (on transparent huge pages), filled with non-zero
+// data first; the median of `passes` timed passes after one warm-up pass, with 256-bit
+// and with 512-bit loads where the CPU has them, whichever is faster.
+double measure_read_bandwidth_gb_per_s(ThreadPool& pool, size_t bytes = size_t(1) << 30, int passes = 5);
+
+// GFLOP/s (1e9 FLOP, 2·m·n·k per product) of the f32 matmul that linear()'s prefill
+// path uses by default (oneDNN), on the pool's thread count: C[m, n] = A[m, k] · B[n, k]ᵀ,
+// median of `runs` after one warm-up.
+double measure_sgemm_gflop_per_s(ThreadPool& pool, int64_t m, int64_t n, int64_t k, int runs = 5);
+
+}  // namespace latentserve
