@@ -129,8 +129,10 @@ FIXTURES = [
 ]
 
 # DeepSeek (MLA + MoE): 3 layers, layer 0 dense (first_k_dense_replace 1), 8 routed experts,
-# kv_lora_rank 32, qk_nope 16 + qk_rope 8 per head, moe_intermediate 32.
-DEEPSEEK = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+# kv_lora_rank 32, qk_nope 16 + qk_rope 8 per head, moe_intermediate 32. num_key_value_heads must be given:
+# DeepseekV3Config defaults it to 128, and MLA needs it equal to num_attention_heads (the same value that
+# DeepseekV2Config derives, so the v2 fixtures do not change).
+DEEPSEEK = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
                 kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=8,
                 moe_intermediate_size=32, first_k_dense_replace=1, max_position_embeddings=128, rms_norm_eps=1e-6)
 DEEPSEEK_V2 = dict(DEEPSEEK, q_lora_rank=None, n_shared_experts=2, num_experts_per_tok=2,

@@ -61,9 +61,12 @@ Routing route_tokens(const MoeConfig& moe, const float* router_logits, int64_t n
       auto kept = top_k_indices(group_scores.data(), G, moe.topk_group);
       std::vector<bool> keep(static_cast<size_t>(G), false);
       for (int32_t g : kept) keep[size_t(g)] = true;
-      // transformers masks the other groups with 0.0 (not -inf).
+      // Experts of the other groups drop out. transformers 5.17 masks them with 0.0 in
+      // V2's group-limited greedy and with -inf in V3's noaux_tc (where a biased choice
+      // score can be negative, so the two differ).
+      const float masked = moe.topk_method == MoeTopk::NoauxTc ? -INFINITY : 0.0f;
       for (int64_t e = 0; e < E; ++e)
-        if (!keep[size_t(e / per_group)]) choice[size_t(e)] = 0.0f;
+        if (!keep[size_t(e / per_group)]) choice[size_t(e)] = masked;
     }
     auto chosen = top_k_indices(choice.data(), E, k);
     float sum = 0;
