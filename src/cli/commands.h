@@ -7,6 +7,9 @@ namespace latentserve::cli {
 Command add_logits_command(CLI::App& app);
 Command add_generate_command(CLI::App& app);
 Command add_check_command(CLI::App& app);
+Command add_tokenize_command(CLI::App& app);
 Command add_plan_command(CLI::App& app);
+Command add_bench_command(CLI::App& app);
+Command add_verify_mla_command(CLI::App& app);
 
 }  // namespace latentserve::cli

@@ -12,7 +12,10 @@ int main(int argc, char** argv) {
       add_logits_command(app),
       add_generate_command(app),
       add_check_command(app),
+      add_tokenize_command(app),
       add_plan_command(app),
+      add_bench_command(app),
+      add_verify_mla_command(app),
   };
   CLI11_PARSE(app, argc, argv);
   try {

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <dnnl.hpp>
-#include <memory>
 #include <vector>
 
 #include "core/error.h"
@@ -29,10 +28,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
-
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
 
 #pragma GCC push_options
 #pragma GCC target("avx512f")
@@ -75,37 +70,57 @@ void set_openmp_threads(int n_threads) {
 
 }  // namespace
 
-double measure_read_bandwidth_gb_per_s(ThreadPool& pool, size_t bytes, int passes) {
-  bytes = std::max(kReadBlockBytes, bytes / kReadBlockBytes * kReadBlockBytes);
-  std::unique_ptr<float, FreeDeleter> buffer(static_cast<float*>(std::aligned_alloc(kHugePage, bytes)));
-  if (!buffer) fail("measure_read_bandwidth: cannot allocate {} bytes", bytes);
-  madvise(buffer.get(), bytes, MADV_HUGEPAGE);  // fewer TLB misses; a hint only
-  float* data = buffer.get();
-  const int64_t n_blocks = int64_t(bytes / kReadBlockBytes);
+ReadBandwidthProbe::ReadBandwidthProbe(ThreadPool& pool, size_t bytes)
+    : pool_(pool), has_avx512_(__builtin_cpu_supports("avx512f")) {
+  bytes_ = std::max(kReadBlockBytes, bytes / kReadBlockBytes * kReadBlockBytes);
+  data_ = static_cast<float*>(std::aligned_alloc(kHugePage, (bytes_ + kHugePage - 1) / kHugePage * kHugePage));
+  if (!data_) fail("ReadBandwidthProbe: cannot allocate {} bytes", bytes_);
+  madvise(data_, bytes_, MADV_HUGEPAGE);  // fewer TLB misses; a hint only
   const size_t floats_per_block = kReadBlockBytes / sizeof(float);
   // First touch by the thread that will read the block, with non-zero data.
-  pool.parallel_for(0, n_blocks, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) std::fill_n(data + size_t(b) * floats_per_block, floats_per_block, 1.0f + float(b % 7));
+  pool_.parallel_for(0, int64_t(bytes_ / kReadBlockBytes), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      std::fill_n(data_ + size_t(b) * floats_per_block, floats_per_block, 1.0f + float(b % 7));
   });
+}
 
+ReadBandwidthProbe::~ReadBandwidthProbe() { std::free(data_); }
+
+double ReadBandwidthProbe::read_seconds(size_t bytes, bool wide_loads) {
+  const size_t n_blocks_total = bytes_ / kReadBlockBytes;
+  const size_t floats_per_block = kReadBlockBytes / sizeof(float);
+  size_t remaining = std::max<size_t>(1, bytes / kReadBlockBytes);
+  const bool wide = wide_loads && has_avx512_;
+  const auto start = std::chrono::steady_clock::now();
+  while (remaining > 0) {  // contiguous runs of blocks up to the end of the buffer
+    const size_t first = next_block_ % n_blocks_total;
+    const size_t count = std::min(remaining, n_blocks_total - first);
+    pool_.parallel_for(int64_t(first), int64_t(first + count), [&](int64_t b0, int64_t b1) {
+      const float* p = data_ + size_t(b0) * floats_per_block;
+      const size_t n = size_t(b1 - b0) * floats_per_block;
+      g_sink = wide ? sum_avx512(p, n) : sum_avx2(p, n);
+    });
+    next_block_ = first + count;
+    remaining -= count;
+  }
+  return seconds_since(start);
+}
+
+double measure_read_bandwidth_gb_per_s(ThreadPool& pool, size_t bytes, int passes) {
   // 256-bit and 512-bit loads stream at different rates on some CPUs (on the Zen 5 this
-  // was written on, 256-bit ones were ~10% faster): passes alternate between the two
+  // was written on, 256-bit ones were often faster): passes alternate between the two
   // and the faster median is the roof.
-  const bool avx512 = __builtin_cpu_supports("avx512f");
+  ReadBandwidthProbe probe(pool, bytes);
+  const size_t total = std::max(kReadBlockBytes, bytes / kReadBlockBytes * kReadBlockBytes);  // one pass
   std::vector<double> seconds[2];
   for (int pass = 0; pass <= passes; ++pass)
-    for (int wide = 0; wide <= int(avx512); ++wide) {
-      const auto start = std::chrono::steady_clock::now();
-      pool.parallel_for(0, n_blocks, [&](int64_t b0, int64_t b1) {
-        const float* p = data + size_t(b0) * floats_per_block;
-        const size_t n = size_t(b1 - b0) * floats_per_block;
-        g_sink = wide ? sum_avx512(p, n) : sum_avx2(p, n);
-      });
-      if (pass > 0) seconds[wide].push_back(seconds_since(start));  // pass 0 warms up
+    for (int wide = 0; wide <= int(probe.has_wide_loads()); ++wide) {
+      const double s = probe.read_seconds(total, wide);
+      if (pass > 0) seconds[wide].push_back(s);  // pass 0 warms up
     }
   double best = median(seconds[0]);
-  if (avx512) best = std::min(best, median(seconds[1]));
-  return double(bytes) / best / 1e9;
+  if (probe.has_wide_loads()) best = std::min(best, median(seconds[1]));
+  return double(total) / best / 1e9;
 }
 
 double measure_sgemm_gflop_per_s(ThreadPool& pool, int64_t m, int64_t n, int64_t k, int runs) {

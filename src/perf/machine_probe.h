@@ -10,6 +10,30 @@
 
 namespace latentserve {
 
+// A buffer far larger than the caches (on transparent huge pages, filled with non-zero
+// data) for repeated timed streaming reads. On a shared machine the roof moves from
+// second to second, so a benchmark can interleave these reads with the kernel it
+// measures and compare the two under the same conditions.
+class ReadBandwidthProbe {
+ public:
+  explicit ReadBandwidthProbe(ThreadPool& pool, size_t bytes = size_t(1) << 30);
+  ~ReadBandwidthProbe();
+  ReadBandwidthProbe(const ReadBandwidthProbe&) = delete;
+  ReadBandwidthProbe& operator=(const ReadBandwidthProbe&) = delete;
+
+  // Seconds for the pool to sum the next `bytes` of the buffer (wrapping around), with
+  // 512-bit loads (when the CPU has them) or 256-bit loads.
+  double read_seconds(size_t bytes, bool wide_loads);
+  bool has_wide_loads() const { return has_avx512_; }
+
+ private:
+  ThreadPool& pool_;
+  float* data_ = nullptr;
+  size_t bytes_ = 0;
+  size_t next_block_ = 0;
+  bool has_avx512_ = false;
+};
+
 // GB/s (1e9 bytes) of a threaded, vectorised streaming read (a sum) over a `bytes`
 // buffer far larger than the caches (on transparent huge pages), filled with non-zero
 // data first; the median of `passes` timed passes after one warm-up pass, with 256-bit

@@ -90,8 +90,31 @@ TEST(PlanCli, SweepPrintsTheTableAndWritesThePlot) {
   for (const char* s : {"mha", "gqa8", "mqa", "mla", "mla-dp", "32K", "128"})
     EXPECT_NE(out.text.find(s), std::string::npos) << s;
   EXPECT_TRUE(std::filesystem::exists(dir / "sweep.png.dat"));
-  if (std::system("command -v gnuplot > /dev/null") == 0) EXPECT_TRUE(std::filesystem::exists(png)) << out.text;
+  if (std::system("command -v gnuplot > /dev/null") == 0) {
+    EXPECT_TRUE(std::filesystem::exists(png)) << out.text;
+  }
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(BenchCli, BadFlagsNameTheFlagBeforeMeasuring) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"bench decode --synthetic gpt-9", "--synthetic"},
+      {"bench decode --attention mha,gqa5", "--attention"},
+      {"bench decode --batch 0", "--batch"},
+      {"bench decode --context 1024,x", "--context"},
+      {"bench decode --fill zeros", "--fill"},
+      {"bench decode --steps 0", "--steps"},
+  };
+  for (const auto& [args, flag] : cases) {
+    Output out = run(args);
+    EXPECT_NE(out.exit_code, 0) << args;
+    EXPECT_NE(out.text.find(flag), std::string::npos) << args << "\n" << out.text;
+    EXPECT_EQ(out.text.find("measuring"), std::string::npos) << args;  // failed before the probes
+  }
 }
 
 }  // namespace

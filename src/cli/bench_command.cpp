@@ -1,0 +1,287 @@
+// `latentserve bench decode`: real decode steps through the engine on the CPU for one
+// synthetic backbone in several attention kinds (only the KV head count changes), each
+// printed next to the roofline floor the planner predicts from this machine's measured
+// read bandwidth and GEMM rate (perf/machine_probe.h, measured at start).
+//
+// Per (attention, context, batch): every sequence's cache holds `context` tokens, then
+// `--warmup` untimed and `--steps` timed decode steps run at that batch; the median of
+// the timed steps is the measured TPOT. The context is
+// put in the cache once per attention kind: `--fill prefill` runs a real prefill of one
+// sequence of the longest context and copies its K/V rows into every sequence (a shorter
+// context uses its prefix, which is what a shorter prefill computes, attention being
+// causal); `--fill random` writes random K/V instead (default: a decode step reads the
+// same bytes and does the same FLOPs whatever the values, and 8K-token prefills take
+// minutes on a small CPU).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/batch_builder.h"
+#include "kv/block_pool.h"
+#include "model/architectures.h"
+#include "perf/planner.h"
+#include "perf/presets.h"
+
+namespace latentserve::cli {
+
+namespace {
+
+struct BenchArgs {
+  std::string synthetic = "tiny-bench", attention = "mha,gqa8,mqa", batch = "1,8", context = "1024,8192";
+  std::string json_path = "bench-decode.json", fill = "random";
+  int64_t steps = 5, warmup = 1, block_size = 16, prefill_chunk = 512;
+  int threads = 0;
+};
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::vector<int64_t> positive_list(const std::string& text, const std::string& flag) {
+  std::vector<int64_t> out;
+  for (const auto& item : split(text)) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v <= 0) fail("{}: expected a comma-separated list of positive integers, found '{}'", flag, item);
+    out.push_back(v);
+  }
+  if (out.empty()) fail("{}: the list is empty", flag);
+  return out;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+// The KV rows of one sequence: per layer, K and V rows of row_floats floats at its slots.
+struct SourceKv {
+  int64_t row_floats = 0;
+  std::vector<std::vector<float>> k, v;  // [layer][position * row_floats]
+};
+
+SourceKv random_source(int64_t n_layer, int64_t context, int64_t row_floats, uint64_t seed) {
+  SourceKv s;
+  s.row_floats = row_floats;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t l = 0; l < n_layer; ++l) {
+    s.k.emplace_back(static_cast<size_t>(context * row_floats));
+    s.v.emplace_back(static_cast<size_t>(context * row_floats));
+    for (auto* a : {&s.k.back(), &s.v.back()})
+      for (auto& x : *a) x = u(rng);
+  }
+  return s;
+}
+
+// A real prefill of `tokens` through the engine (chunks of `chunk`), K/V read back out.
+SourceKv prefill_source(CausalLM& model, const std::vector<int32_t>& tokens, int64_t row_floats, int64_t bs,
+                        int64_t chunk) {
+  const int64_t n = int64_t(tokens.size());
+  BlockPool pool((n + bs - 1) / bs, bs);
+  cpu::CpuKvCache kv(model.attention_spec(), model.n_layer(), pool.n_blocks(), bs);
+  Sequence seq(0, tokens, bs);
+  if (!seq.block_table.reserve(n, pool)) fail("prefill: block pool too small");
+  std::vector<float> logits(size_t(model.vocab_size()));
+  while (seq.n_uncomputed_tokens() > 0) {
+    const int64_t take = std::min(chunk, seq.n_uncomputed_tokens());
+    ForwardBatch b = build_forward_batch({{&seq, take, false}}, bs);
+    logits.resize(b.logits_indices.size() * size_t(model.vocab_size()) + 1);
+    model.forward(b, kv, logits.data());
+    seq.n_computed_tokens += take;
+  }
+  SourceKv s;
+  s.row_floats = row_floats;
+  for (int64_t l = 0; l < model.n_layer(); ++l) {
+    s.k.emplace_back(static_cast<size_t>(n * row_floats));
+    s.v.emplace_back(static_cast<size_t>(n * row_floats));
+    for (int64_t p = 0; p < n; ++p) {
+      const int64_t slot = seq.block_table.slot(p);
+      std::memcpy(&s.k.back()[size_t(p * row_floats)], kv.k(l) + slot * row_floats, size_t(row_floats) * 4);
+      std::memcpy(&s.v.back()[size_t(p * row_floats)], kv.v(l) + slot * row_floats, size_t(row_floats) * 4);
+    }
+  }
+  return s;
+}
+
+struct Measured {
+  double tpot_ms = 0;
+  double mean_context_tokens = 0;
+};
+
+// batch sequences at `context` cached tokens; warmup + steps decode steps; mean time of the timed ones.
+Measured time_decode(CausalLM& model, const SourceKv& source, const std::vector<int32_t>& prompt, int64_t batch,
+                     int64_t context, const BenchArgs& a) {
+  const int64_t bs = a.block_size, total = context + a.warmup + a.steps;
+  const int64_t blocks_per_seq = (total + bs - 1) / bs;
+  BlockPool pool(batch * blocks_per_seq, bs);
+  cpu::CpuKvCache kv(model.attention_spec(), model.n_layer(), pool.n_blocks(), bs);
+  std::vector<Sequence> seqs;
+  seqs.reserve(size_t(batch));
+  for (int64_t i = 0; i < batch; ++i) {
+    std::vector<int32_t> tokens(prompt.begin(), prompt.begin() + context + 1);  // context cached + the next input
+    seqs.emplace_back(i, std::move(tokens), bs);
+    Sequence& s = seqs.back();
+    if (!s.block_table.reserve(total, pool)) fail("bench: block pool too small");
+    s.n_computed_tokens = context;
+    for (int64_t l = 0; l < model.n_layer(); ++l)
+      for (int64_t p = 0; p < context; ++p) {
+        const int64_t slot = s.block_table.slot(p), rf = source.row_floats;
+        std::memcpy(kv.k(l) + slot * rf, &source.k[size_t(l)][size_t(p * rf)], size_t(rf) * 4);
+        std::memcpy(kv.v(l) + slot * rf, &source.v[size_t(l)][size_t(p * rf)], size_t(rf) * 4);
+      }
+  }
+  std::vector<float> logits(size_t(batch * model.vocab_size()));
+  std::vector<double> seconds;
+  for (int64_t step = 0; step < a.warmup + a.steps; ++step) {
+    std::vector<ScheduledChunk> chunks;
+    for (auto& s : seqs) chunks.push_back({&s, 1, false});
+    ForwardBatch b = build_forward_batch(chunks, bs);
+    const auto t0 = std::chrono::steady_clock::now();
+    model.forward(b, kv, logits.data());
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (step >= a.warmup) seconds.push_back(dt);
+    for (size_t i = 0; i < seqs.size(); ++i) {  // greedy next token
+      const float* row = &logits[i * size_t(model.vocab_size())];
+      seqs[i].n_computed_tokens += 1;
+      seqs[i].tokens.push_back(int32_t(std::max_element(row, row + model.vocab_size()) - row));
+    }
+  }
+  // The median step: robust to other processes taking the cores for a moment.
+  std::sort(seconds.begin(), seconds.end());
+  const size_t n = seconds.size();
+  const double median = n % 2 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
+  return {median * 1e3, double(context + a.warmup) + double(a.steps - 1) / 2};
+}
+
+int run_bench_decode(const BenchArgs& a) {
+  if (a.steps <= 0) fail("--steps must be at least 1, got {}", a.steps);
+  const perf::ModelShape backbone = perf::model_preset(a.synthetic, "--synthetic");
+  const auto kinds = split(a.attention);
+  if (kinds.empty()) fail("--attention: the list is empty");
+  for (const auto& k : kinds) perf::with_attention(backbone, k, "--attention");  // validate before measuring
+  const auto batches = positive_list(a.batch, "--batch"), contexts = positive_list(a.context, "--context");
+  if (a.warmup < 0) fail("--warmup must be >= 0, got {}", a.warmup);
+  if (!is_supported_block_size(a.block_size)) fail("--block-size must be 16, 32, 64 or 128, got {}", a.block_size);
+  if (a.fill != "random" && a.fill != "prefill") fail("--fill must be random or prefill, got '{}'", a.fill);
+  if (a.prefill_chunk <= 0) fail("--prefill-chunk must be positive, got {}", a.prefill_chunk);
+
+  ThreadPool pool(a.threads);
+  fmt::print("measuring this machine ({}, {} threads)...\n", cpu_model_name(), pool.n_threads());
+  const perf::HardwareSpec cpu = perf::measure_cpu_spec(pool);
+  fmt::print("  read bandwidth {:.2f} GB/s, sgemm {:.1f} GFLOP/s, memory {}\n", cpu.memory_bandwidth_bytes_per_s / 1e9,
+             cpu.peak_flops_per_s / 1e9, perf::format_bytes(double(cpu.memory_bytes)));
+  fmt::print("backbone {} ({} layers, hidden {}, {} heads x {}), bf16 weights, f32 KV cache (the CPU engine's), "
+             "context filled by {}, {} timed steps after {} warm-up\n\n",
+             backbone.name, backbone.n_layer, backbone.hidden_size, backbone.attention.n_head,
+             backbone.attention.head_dim_qk, a.fill, a.steps, a.warmup);
+  fmt::print("{:<6} {:>6} {:>8} {:>12} {:>12} {:>8} {:>10} {:>10} {:>8}\n", "attn", "batch", "context",
+             "measured ms", "floor ms", "ratio", "weights MB", "KV MB", "bound");
+
+  nlohmann::json rows = nlohmann::json::array();
+  const int64_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
+  std::vector<int32_t> prompt(static_cast<size_t>(max_ctx + 1));
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((int64_t(i) * 7919 + 13) % backbone.vocab_size);
+
+  for (const auto& kind : kinds) {
+    perf::ModelShape shape = perf::with_attention(backbone, kind, "--attention");
+    shape.weight_dtype = DType::BF16;
+    const perf::TpKvLayout layout = perf::tp_kv_layout(shape.attention, shape.n_layer, DType::F32, 1);
+    const bool runnable = shape.attention.kind != AttentionKind::MLA;
+    std::unique_ptr<CausalLM> model;
+    SourceKv source;
+    if (runnable) {
+      const ModelConfig config =
+          ModelConfig::from_json(nlohmann::json::parse(perf::preset_config_json(shape)), shape.name);
+      model = build_causal_lm(config, std::make_unique<SyntheticWeights>(DType::BF16, 1234), pool);
+      const int64_t row = shape.attention.n_head_kv * shape.attention.head_dim_qk;
+      const auto t0 = std::chrono::steady_clock::now();
+      source = a.fill == "prefill"
+                   ? prefill_source(*model, {prompt.begin(), prompt.begin() + max_ctx}, row, a.block_size, a.prefill_chunk)
+                   : random_source(shape.n_layer, max_ctx, row, 42);
+      if (a.fill == "prefill")
+        fmt::print("  ({}: prefill of {} tokens took {:.1f} s)\n", kind, max_ctx,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    } else {
+      fmt::print("{:<6} MLA is not yet runnable in the engine: predicted floors only\n", kind);
+    }
+    for (int64_t ctx : contexts)
+      for (int64_t batch : batches) {
+        Measured m{0, double(ctx + a.warmup) + double(a.steps - 1) / 2};
+        if (runnable) m = time_decode(*model, source, prompt, batch, ctx, a);
+        // The floor at the mean context of the timed steps.
+        const perf::StepCost floor =
+            perf::decode_step(shape, cpu, batch, int64_t(m.mean_context_tokens + 0.5), layout);
+        const std::string measured = runnable ? fmt::format("{:.2f}", m.tpot_ms) : "n/a";
+        const std::string ratio = runnable ? fmt::format("{:.2f}", m.tpot_ms / floor.time_ms) : "n/a";
+        fmt::print("{:<6} {:>6} {:>8} {:>12} {:>12.2f} {:>8} {:>10.1f} {:>10.1f} {:>8}\n", kind, batch, ctx, measured,
+                   floor.time_ms, ratio, floor.weight_bytes / 1e6, floor.kv_bytes / 1e6, floor.dominant_term());
+        nlohmann::json row = {{"attention", kind}, {"batch", batch}, {"context_tokens", ctx},
+                              {"mean_context_tokens", m.mean_context_tokens}, {"runnable", runnable},
+                              {"predicted_floor_ms", floor.time_ms}, {"predicted_memory_ms", floor.memory_ms},
+                              {"predicted_compute_ms", floor.compute_ms}, {"weight_bytes", floor.weight_bytes},
+                              {"kv_bytes", floor.kv_bytes}, {"flops", floor.flops},
+                              {"dominant_term", floor.dominant_term()}};
+        if (runnable) {
+          row["measured_tpot_ms"] = m.tpot_ms;
+          row["measured_over_floor"] = m.tpot_ms / floor.time_ms;
+          row["achieved_bandwidth_gb_per_s"] = floor.bytes() / (m.tpot_ms / 1e3) / 1e9;
+        }
+        rows.push_back(row);
+        std::fflush(stdout);
+      }
+  }
+  const nlohmann::json out = {
+      {"machine", {{"cpu", cpu_model_name()}, {"threads", pool.n_threads()},
+                   {"read_bandwidth_gb_per_s", cpu.memory_bandwidth_bytes_per_s / 1e9},
+                   {"sgemm_gflop_per_s", cpu.peak_flops_per_s / 1e9}, {"memory_bytes", cpu.memory_bytes}}},
+      {"backbone", backbone.name}, {"weight_dtype", "bf16"}, {"kv_cache_dtype", "f32"}, {"fill", a.fill},
+      {"steps", a.steps}, {"warmup", a.warmup}, {"block_size_tokens", a.block_size}, {"rows", rows}};
+  std::ofstream(a.json_path) << out.dump(2) << "\n";
+  fmt::print("\nratio = measured / floor; floor = max(bytes / measured bandwidth, FLOPs / measured sgemm rate)\n");
+  fmt::print("wrote {}\n", a.json_path);
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand("bench", "benchmarks that print measured figures next to the performance model");
+  cmd->require_subcommand(1);
+  auto* decode = cmd->add_subcommand("decode", "measured decode TPOT per attention kind vs the predicted floor (CPU)");
+  decode->add_option("--synthetic", a->synthetic, "preset backbone built with random bf16 weights (default tiny-bench)");
+  decode->add_option("--attention", a->attention, "comma-separated: mha, gqaN, mqa, mla (mla: predicted only, for now)");
+  decode->add_option("--batch", a->batch, "comma-separated batch sizes");
+  decode->add_option("--context", a->context, "comma-separated context lengths (tokens cached per sequence)");
+  decode->add_option("--steps", a->steps, "timed decode steps per point");
+  decode->add_option("--warmup", a->warmup, "untimed decode steps before them");
+  decode->add_option("--fill", a->fill, "how the context gets into the cache: random (default) or prefill");
+  decode->add_option("--prefill-chunk", a->prefill_chunk, "tokens per prefill step with --fill prefill");
+  decode->add_option("--block-size", a->block_size, "KV block size in tokens: 16, 32, 64, 128");
+  decode->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
+  decode->add_option("--json", a->json_path, "where to write the results");
+  return {decode, [a] { return run_bench_decode(*a); }};
+}
+
+}  // namespace latentserve::cli
