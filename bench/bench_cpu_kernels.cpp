@@ -4,6 +4,12 @@
 //   bench_cpu_kernels [--threads N] [--runs N] [--json FILE]
 //                     [--only gemv|model|pages|crossover|gemm|small]
 //
+// The machine this was written on is shared (2 vCPUs, other tenants): its memory
+// bandwidth moved between ~10 and ~50 GB/s from one second to the next. So every rate
+// is measured in interleaved rounds, each round timing every variant of a row once
+// (and a streaming read of the same bytes, for the GEMV rows), and the table shows
+// per-variant medians: variants on one row saw the same machine.
+//
 // GEMV (decode) figures are cold: each call reads a different copy of the weight,
 // cycled over at least 1 GiB, so the weights come from memory as they do when a
 // model's layers are swept one after another, not from the last-level cache.
@@ -16,11 +22,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <dnnl.hpp>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -40,21 +46,51 @@ namespace {
 
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 constexpr size_t kColdBytes = size_t(1) << 30;
+constexpr size_t kSampleBytes = size_t(64) << 20;  // bytes streamed per GEMV timing sample
 // out x in of the weights (Llama-3.2-1B's projections and its lm_head)
 constexpr std::pair<int64_t, int64_t> kGemvShapes[] = {{2048, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}};
 constexpr std::pair<int64_t, int64_t> kCrossoverShapes[] = {{8192, 2048}, {2048, 8192}};
 constexpr std::pair<int64_t, int64_t> kGemmShapes[] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
 
-double median_seconds(int runs, const std::function<void(int)>& fn) {
+double seconds_of(const std::function<void()>& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median time of `runs` calls of fn (after one warm-up call): for the small ops, whose
+// calls are short enough that a round of them sees one machine state.
+double median_seconds(int runs, const std::function<void()>& fn) {
+  fn();
   std::vector<double> t;
-  fn(-1);  // warm-up
-  for (int i = 0; i < runs; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    fn(i);
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  for (int i = 0; i < runs; ++i) t.push_back(seconds_of(fn));
+  return median(t);
+}
+
+// Calls every sampler once per round (after one warm-up round) and returns the median
+// of each sampler's values.
+std::vector<double> interleaved_medians(int rounds, const std::vector<std::function<double()>>& samplers) {
+  std::vector<std::vector<double>> values(samplers.size());
+  for (int round = 0; round <= rounds; ++round)
+    for (size_t i = 0; i < samplers.size(); ++i) {
+      const double v = samplers[i]();
+      if (round > 0) values[i].push_back(v);
+    }
+  std::vector<double> medians;
+  for (auto& v : values) medians.push_back(median(v));
+  return medians;
+}
+
+// GB/s of the machine's streaming read over `bytes`: the better of 256- and 512-bit loads.
+double read_rate(ReadBandwidthProbe& probe, size_t bytes) {
+  double s = probe.read_seconds(bytes, false);
+  if (probe.has_wide_loads()) s = std::min(s, probe.read_seconds(bytes, true));
+  return double(bytes) / s / 1e9;
 }
 
 std::vector<float> filled(int64_t n, uint32_t seed) {
@@ -121,102 +157,116 @@ std::string load_average() {
   return a + " " + b + " " + c;
 }
 
-// GEMV, batch 1
-void bench_gemv(ThreadPool& pool, double bw, int runs, nlohmann::json& out) {
-  fmt::print("\nGEMV, 1 token, cold weights     AVX-512            AVX2\n");
-  fmt::print("  {:>14} {:>5}  {:>8} {:>6}   {:>8} {:>6}\n", "out x in", "dtype", "GB/s", "of bw", "GB/s", "of bw");
+// GEMV, batch 1, against a streaming read of the same bytes
+void bench_gemv(ThreadPool& pool, ReadBandwidthProbe& probe, int runs, nlohmann::json& out) {
+  fmt::print("\nGEMV, 1 token, cold weights on huge pages; read = streaming read in the same rounds\n");
+  fmt::print("  {:>14} {:>5}  {:>6}  {:>14}  {:>14}\n", "out x in", "dtype", "read", "AVX-512", "AVX2");
   for (auto [rows, cols] : kGemvShapes)
     for (DType dtype : {DType::BF16, DType::F16, DType::F32}) {
       WeightCopies w(dtype, rows, cols, kColdBytes);
       const auto x = filled(cols, 1);
       std::vector<float> y(static_cast<size_t>(rows));
-      double gb_s[2];
-      for (int isa = 0; isa < 2; ++isa) {
-        const cpu::LinearOptions options{kNever, cpu::GemmLibrary::OneDnn, isa == 0};
-        int64_t call = 0;
-        const double s = median_seconds(std::max<int>(runs, int(std::min<int64_t>(w.copies, 64))), [&](int) {
-          cpu::linear(x.data(), 1, w.view(call++), nullptr, y.data(), pool, options);
-        });
-        gb_s[isa] = double(w.bytes_per_copy()) / s / 1e9;
-      }
-      fmt::print("  {:>14} {:>5}  {:8.1f} {:5.0f}%   {:8.1f} {:5.0f}%\n", fmt::format("{}x{}", rows, cols),
-                 dtype_name(dtype), gb_s[0], 100 * gb_s[0] / bw, gb_s[1], 100 * gb_s[1] / bw);
-      out["gemv"].push_back({{"out", rows}, {"in", cols}, {"dtype", dtype_name(dtype)}, {"avx512_gb_s", gb_s[0]},
-                             {"avx2_gb_s", gb_s[1]}});
+      const int64_t calls = std::max<int64_t>(1, int64_t(kSampleBytes / w.bytes_per_copy()));
+      const size_t sample_bytes = size_t(calls) * w.bytes_per_copy();
+      int64_t call = 0;
+      auto gemv_rate = [&](bool avx512) {
+        const cpu::LinearOptions options{kNever, cpu::GemmLibrary::OneDnn, avx512};
+        return double(sample_bytes) / seconds_of([&] {
+                 for (int64_t c = 0; c < calls; ++c)
+                   cpu::linear(x.data(), 1, w.view(call++), nullptr, y.data(), pool, options);
+               }) / 1e9;
+      };
+      const auto m = interleaved_medians(runs, {[&] { return read_rate(probe, sample_bytes); },
+                                                [&] { return gemv_rate(true); }, [&] { return gemv_rate(false); }});
+      fmt::print("  {:>14} {:>5}  {:6.1f}  {:6.1f} ({:3.0f}%)  {:6.1f} ({:3.0f}%)\n", fmt::format("{}x{}", rows, cols),
+                 dtype_name(dtype), m[0], m[1], 100 * m[1] / m[0], m[2], 100 * m[2] / m[0]);
+      out["gemv"].push_back({{"out", rows}, {"in", cols}, {"dtype", dtype_name(dtype)}, {"read_gb_s", m[0]},
+                             {"avx512_gb_s", m[1]}, {"avx2_gb_s", m[2]}});
     }
 }
 
 // Llama-3.2-1B decode: every linear of the 16 layers plus the lm_head, bf16
-void bench_model_linears(ThreadPool& pool, double bw, int runs, nlohmann::json& out) {
-  struct Layer { int64_t rows, cols; };
-  const Layer layer[] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048},
+void bench_model_linears(ThreadPool& pool, ReadBandwidthProbe& probe, int runs, nlohmann::json& out) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const Shape layer[] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048},
                          {8192, 2048}, {8192, 2048}, {2048, 8192}};  // q k v o gate up down
   std::vector<WeightCopies> weights;
   for (int l = 0; l < 16; ++l)
-    for (const Layer& s : layer) weights.emplace_back(DType::BF16, s.rows, s.cols, 0);
-  weights.emplace_back(DType::BF16, 128256, 2048, 0);
-  double total_bytes = 0;
-  for (const auto& w : weights) total_bytes += double(w.bytes_per_copy());
+    for (const Shape& s : layer) weights.emplace_back(DType::BF16, s.rows, s.cols, 0);
+  weights.emplace_back(DType::BF16, 128256, 2048, 0);  // lm_head (tied to the embedding)
+  size_t total_bytes = 0;
+  for (const auto& w : weights) total_bytes += w.bytes_per_copy();
   const auto x = filled(8192, 2);
   std::vector<float> y(128256);
-  const double s = median_seconds(std::max(3, runs / 3), [&](int) {
-    for (const auto& w : weights) cpu::linear(x.data(), 1, w.view(0), nullptr, y.data(), pool);
-  });
-  const double gb_s = total_bytes / s / 1e9;
-  fmt::print("\nLlama-3.2-1B linears, 1 token, bf16 ({:.2f} GB): {:.1f} ms -> {:.1f} GB/s = {:.0f}% of bw\n",
-             total_bytes / 1e9, s * 1e3, gb_s, 100 * gb_s / bw);
-  out["llama32_1b_linears"] = {{"bytes", total_bytes}, {"ms", s * 1e3}, {"gb_s", gb_s}};
+  auto sweep = [&](bool avx512) {
+    const cpu::LinearOptions options{kNever, cpu::GemmLibrary::OneDnn, avx512};
+    return seconds_of([&] {
+      for (const auto& w : weights) cpu::linear(x.data(), 1, w.view(0), nullptr, y.data(), pool, options);
+    });
+  };
+  const auto m = interleaved_medians(std::max(3, runs / 2), {[&] { return read_rate(probe, total_bytes); },
+                                                            [&] { return sweep(true); }, [&] { return sweep(false); }});
+  fmt::print("\nLlama-3.2-1B linears at 1 token, bf16 on huge pages ({:.2f} GB), read {:.1f} GB/s in the same rounds\n",
+             double(total_bytes) / 1e9, m[0]);
+  for (int i = 1; i <= 2; ++i) {
+    const double gb_s = double(total_bytes) / m[size_t(i)] / 1e9;
+    fmt::print("  {:7}: {:6.1f} ms per token -> {:5.1f} GB/s = {:3.0f}% of the read\n", i == 1 ? "AVX-512" : "AVX2",
+               m[size_t(i)] * 1e3, gb_s, 100 * gb_s / m[0]);
+  }
+  out["llama32_1b_linears"] = {{"bytes", total_bytes}, {"read_gb_s", m[0]}, {"avx512_ms", m[1] * 1e3},
+                               {"avx2_ms", m[2] * 1e3}};
 }
 
-// The same GEMV on transparent huge pages and on 4 KiB pages, interleaved. Under a
-// hypervisor a TLB miss walks two page tables; decode streams gigabytes per token.
-void bench_pages(ThreadPool& pool, double bw, int runs, nlohmann::json& out) {
-  fmt::print("\nGEMV, 1 token, bf16 8192x2048, by page size (interleaved), GB/s\n");
+// The same GEMV on transparent huge pages and on 4 KiB pages. Under a hypervisor a TLB
+// miss walks two page tables, and decode streams gigabytes per token.
+void bench_pages(ThreadPool& pool, ReadBandwidthProbe& probe, int runs, nlohmann::json& out) {
   WeightCopies huge(DType::BF16, 8192, 2048, kColdBytes, Pages::Huge);
   WeightCopies small(DType::BF16, 8192, 2048, kColdBytes, Pages::Small);
   const auto x = filled(2048, 11);
   std::vector<float> y(8192);
-  std::vector<double> gb_s[2];
+  const int64_t calls = int64_t(kSampleBytes / huge.bytes_per_copy());
+  const size_t sample_bytes = size_t(calls) * huge.bytes_per_copy();
   int64_t call = 0;
-  for (int round = 0; round < runs; ++round)
-    for (int i = 0; i < 2; ++i) {
-      const WeightCopies& w = i == 0 ? huge : small;
-      const double s = median_seconds(16, [&](int) { cpu::linear(x.data(), 1, w.view(call++), nullptr, y.data(), pool); });
-      gb_s[i].push_back(double(w.bytes_per_copy()) / s / 1e9);
-    }
-  for (auto& v : gb_s) std::sort(v.begin(), v.end());
-  const double g_huge = gb_s[0][gb_s[0].size() / 2], g_small = gb_s[1][gb_s[1].size() / 2];
-  fmt::print("  huge pages {:6.1f} ({:3.0f}% of bw)   4 KiB pages {:6.1f} ({:3.0f}% of bw)\n", g_huge, 100 * g_huge / bw,
-             g_small, 100 * g_small / bw);
-  out["pages"] = {{"huge_gb_s", g_huge}, {"small_gb_s", g_small}};
+  auto rate = [&](const WeightCopies& w) {
+    return double(sample_bytes) / seconds_of([&] {
+             for (int64_t c = 0; c < calls; ++c) cpu::linear(x.data(), 1, w.view(call++), nullptr, y.data(), pool);
+           }) / 1e9;
+  };
+  const auto m = interleaved_medians(runs * 2, {[&] { return read_rate(probe, sample_bytes); },
+                                                [&] { return rate(huge); }, [&] { return rate(small); }});
+  fmt::print("\nGEMV, 1 token, bf16 8192x2048 by page size: read {:.1f}, huge pages {:.1f} ({:.0f}%), "
+             "4 KiB pages {:.1f} ({:.0f}%) GB/s\n",
+             m[0], m[1], 100 * m[1] / m[0], m[2], 100 * m[2] / m[0]);
+  out["pages"] = {{"read_gb_s", m[0]}, {"huge_gb_s", m[1]}, {"small_gb_s", m[2]}};
 }
 
 // GEMV/GEMM crossover
-void bench_crossover(ThreadPool& pool, double bw, int runs, nlohmann::json& out) {
-  fmt::print("\nGEMV vs GEMM (oneDNN) by token count, bf16 weights, ms per call\n");
+void bench_crossover(ThreadPool& pool, int runs, nlohmann::json& out) {
+  fmt::print("\nGEMV vs GEMM (oneDNN) by token count, bf16 weights, ms per call (threshold now {})\n",
+             cpu::linear_gemm_threshold_tokens());
   fmt::print("  {:>14} {:>7} {:>9} {:>9}\n", "out x in", "tokens", "GEMV", "GEMM");
   for (auto [rows, cols] : kCrossoverShapes) {
     WeightCopies w(DType::BF16, rows, cols, kColdBytes);
-    for (int64_t n : {1, 2, 4, 8, 12, 16, 24, 32, 48}) {
+    for (int64_t n : {1, 2, 4, 8, 12, 16, 24, 32, 48, 64}) {
       const auto x = filled(n * cols, 3);
       std::vector<float> y(static_cast<size_t>(n * rows));
-      double ms[2];
-      for (int path = 0; path < 2; ++path) {
-        const cpu::LinearOptions options{path == 0 ? kNever : 1, cpu::GemmLibrary::OneDnn, true};
-        int64_t call = 0;
-        ms[path] = 1e3 * median_seconds(runs, [&](int) {
-          cpu::linear(x.data(), n, w.view(call++), nullptr, y.data(), pool, options);
-        });
-      }
-      fmt::print("  {:>14} {:>7} {:9.3f} {:9.3f}{}\n", fmt::format("{}x{}", rows, cols), n, ms[0], ms[1],
-                 ms[0] < ms[1] ? "  gemv" : "  gemm");
-      out["crossover"].push_back({{"out", rows}, {"in", cols}, {"tokens", n}, {"gemv_ms", ms[0]}, {"gemm_ms", ms[1]}});
+      int64_t call = 0;
+      auto ms = [&](int64_t threshold) {
+        const cpu::LinearOptions options{threshold, cpu::GemmLibrary::OneDnn, true};
+        return 1e3 * seconds_of([&] { cpu::linear(x.data(), n, w.view(call++), nullptr, y.data(), pool, options); });
+      };
+      const auto m = interleaved_medians(runs, {[&] { return ms(kNever); }, [&] { return ms(1); }});
+      fmt::print("  {:>14} {:>7} {:9.3f} {:9.3f}  {}\n", fmt::format("{}x{}", rows, cols), n, m[0], m[1],
+                 m[0] < m[1] ? "gemv" : "gemm");
+      out["crossover"].push_back({{"out", rows}, {"in", cols}, {"tokens", n}, {"gemv_ms", m[0]}, {"gemm_ms", m[1]}});
     }
   }
 }
 
-// GEMM, 512 tokens
-void bench_gemm(ThreadPool& pool, double bw, int runs, nlohmann::json& out) {
+// GEMM, 512 tokens, both libraries, f32 and bf16 weights
+void bench_gemm(ThreadPool& pool, int runs, nlohmann::json& out) {
   fmt::print("\nGEMM, 512 tokens (M x N x K = tokens x out x in), GFLOP/s\n");
   fmt::print("  {:>16} {:>9} {:>9} {:>11} {:>11}\n", "M x N x K", "oneDNN", "OpenBLAS", "oneDNN", "OpenBLAS");
   fmt::print("  {:>16} {:>9} {:>9} {:>11} {:>11}\n", "", "f32 W", "f32 W", "bf16 W", "bf16 W");
@@ -224,29 +274,27 @@ void bench_gemm(ThreadPool& pool, double bw, int runs, nlohmann::json& out) {
   for (auto [n, k] : kGemmShapes) {
     const auto x = filled(m * k, 4);
     std::vector<float> y(static_cast<size_t>(m * n));
-    double gflop_s[4];
-    int i = 0;
-    for (DType dtype : {DType::F32, DType::BF16}) {
-      WeightCopies w(dtype, n, k, 0);
-      for (auto library : {cpu::GemmLibrary::OneDnn, cpu::GemmLibrary::OpenBlas}) {
-        const cpu::LinearOptions options{1, library, true};
-        const double s = median_seconds(std::max(3, runs / 2), [&](int) {
-          cpu::linear(x.data(), m, w.view(0), nullptr, y.data(), pool, options);
+    const WeightCopies w32(DType::F32, n, k, 0), w16(DType::BF16, n, k, 0);
+    std::vector<std::function<double()>> samplers;
+    for (const WeightCopies* w : {&w32, &w16})
+      for (auto library : {cpu::GemmLibrary::OneDnn, cpu::GemmLibrary::OpenBlas})
+        samplers.push_back([&, w, library] {
+          const cpu::LinearOptions options{1, library, true};
+          return 2.0 * double(m * n * k) /
+                 seconds_of([&] { cpu::linear(x.data(), m, w->view(0), nullptr, y.data(), pool, options); }) / 1e9;
         });
-        gflop_s[i++] = 2.0 * double(m * n * k) / s / 1e9;
-      }
-    }
-    fmt::print("  {:>16} {:9.1f} {:9.1f} {:11.1f} {:11.1f}\n", fmt::format("{}x{}x{}", m, n, k), gflop_s[0],
-               gflop_s[1], gflop_s[2], gflop_s[3]);
-    out["gemm"].push_back({{"m", m}, {"n", n}, {"k", k}, {"onednn_f32", gflop_s[0]}, {"openblas_f32", gflop_s[1]},
-                           {"onednn_bf16", gflop_s[2]}, {"openblas_bf16", gflop_s[3]}});
+    const auto g = interleaved_medians(std::max(3, runs / 2), samplers);
+    fmt::print("  {:>16} {:9.1f} {:9.1f} {:11.1f} {:11.1f}\n", fmt::format("{}x{}x{}", m, n, k), g[0], g[1], g[2],
+               g[3]);
+    out["gemm"].push_back({{"m", m}, {"n", n}, {"k", k}, {"onednn_f32", g[0]}, {"openblas_f32", g[1]},
+                           {"onednn_bf16", g[2]}, {"openblas_bf16", g[3]}});
   }
-  const double sgemm = measure_sgemm_gflop_per_s(pool, 512, 2048, 2048);
-  fmt::print("  machine_probe sgemm 512x2048x2048: {:.1f} GFLOP/s\n", sgemm);
+  fmt::print("  machine_probe sgemm 512x2048x2048 (oneDNN): {:.1f} GFLOP/s\n",
+             measure_sgemm_gflop_per_s(pool, 512, 2048, 2048));
 }
 
 // small ops
-void bench_small_ops(ThreadPool& pool, double bw, int runs, nlohmann::json& out) {
+void bench_small_ops(ThreadPool& pool, int runs, nlohmann::json& out) {
   fmt::print("\nsmall ops (bytes read + written per call)\n");
   for (int64_t rows : {1, 512}) {
     const int64_t dim = 2048;
@@ -257,8 +305,8 @@ void bench_small_ops(ThreadPool& pool, double bw, int runs, nlohmann::json& out)
     for (int64_t i = 0; i < dim; ++i) wb[size_t(i)] = bf16::from_f32(wv[size_t(i)]);
     const TensorView weight = TensorView::contiguous(wb.data(), DType::BF16, {dim});
     std::vector<float> o(static_cast<size_t>(rows * dim));
-    const double s = median_seconds(runs * 10, [&](int) { cpu::rms_norm(x.data(), rows, dim, weight, 1e-5, o.data(), pool); });
-    const double s_add = median_seconds(runs * 10, [&](int) {
+    const double s = median_seconds(runs * 10, [&] { cpu::rms_norm(x.data(), rows, dim, weight, 1e-5, o.data(), pool); });
+    const double s_add = median_seconds(runs * 10, [&] {
       cpu::add_rms_norm(residual.data(), x.data(), rows, dim, weight, 1e-5, o.data(), pool);
     });
     fmt::print("  rms_norm      {:4} x {}: {:8.2f} us  {:6.1f} GB/s   add_rms_norm {:8.2f} us  {:6.1f} GB/s\n", rows, dim,
@@ -273,7 +321,7 @@ void bench_small_ops(ThreadPool& pool, double bw, int runs, nlohmann::json& out)
     for (int i = 0; i < 32; ++i) inv_freq[size_t(i)] = float(std::pow(500000.0, -i / 32.0));
     const cpu::RopeParams p{x.data(), heads * head_dim, tokens, heads, head_dim, head_dim, pos.data(), inv_freq.data(),
                             1.0f, cpu::RopeLayout::Neox};
-    const double s = median_seconds(runs * 10, [&](int) { cpu::apply_rope(p); });
+    const double s = median_seconds(runs * 10, [&] { cpu::apply_rope(p); });
     fmt::print("  apply_rope    {:4} tokens x {} heads x {}: {:8.2f} us  {:6.1f} GB/s\n", tokens, heads, head_dim,
                s * 1e6, 8.0 * double(tokens * heads * head_dim) / s / 1e9);
   }
@@ -281,7 +329,7 @@ void bench_small_ops(ThreadPool& pool, double bw, int runs, nlohmann::json& out)
     const int64_t n = tokens * 8192;
     const auto gate = filled(n, 9), up = filled(n, 10);
     std::vector<float> o(static_cast<size_t>(n));
-    const double s = median_seconds(runs * 10, [&](int) { cpu::silu_mul(gate.data(), up.data(), o.data(), n); });
+    const double s = median_seconds(runs * 10, [&] { cpu::silu_mul(gate.data(), up.data(), o.data(), n); });
     fmt::print("  silu_mul      {:4} x 8192: {:8.2f} us  {:6.1f} GB/s (one thread)\n", tokens, s * 1e6,
                12.0 * double(n) / s / 1e9);
   }
@@ -291,7 +339,7 @@ void bench_small_ops(ThreadPool& pool, double bw, int runs, nlohmann::json& out)
 
 int main(int argc, char** argv) {
   int threads = 0, runs = 9;
-  std::string json_path, only;  // --only gemv|model|pages|crossover|gemm|small
+  std::string json_path, only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--threads") threads = std::stoi(argv[i + 1]);
@@ -307,23 +355,25 @@ int main(int argc, char** argv) {
   nlohmann::json out;
   const dnnl_version_t* dnnl = dnnl_version();
   fmt::print("CPU kernels: {}, {} threads, load average {}\n", cpu_model(), pool.n_threads(), load_average());
-  fmt::print("  OpenBLAS {} (core {}), oneDNN {}.{}.{}; median of {} runs\n", openblas_get_config(),
+  fmt::print("  OpenBLAS {} (core {}), oneDNN {}.{}.{}; medians of {} interleaved rounds\n", openblas_get_config(),
              openblas_get_corename(), dnnl->major, dnnl->minor, dnnl->patch, runs);
 
   const double bw = measure_read_bandwidth_gb_per_s(pool);
-  fmt::print("\nmemory read bandwidth (1 GiB streaming sum): {:.1f} GB/s\n", bw);
+  fmt::print("\nmemory read bandwidth (machine_probe, 1 GiB streaming sum): {:.1f} GB/s\n", bw);
   out["read_bandwidth_gb_s"] = bw;
+  ReadBandwidthProbe probe(pool);
   const auto wanted = [&](const char* section) { return only.empty() || only == section; };
-  if (wanted("gemv")) bench_gemv(pool, bw, runs, out);
-  if (wanted("model")) bench_model_linears(pool, bw, runs, out);
-  if (wanted("pages")) bench_pages(pool, bw, runs, out);
-  if (wanted("crossover")) bench_crossover(pool, bw, runs, out);
-  if (wanted("gemm")) bench_gemm(pool, bw, runs, out);
-  if (wanted("small")) bench_small_ops(pool, bw, runs, out);
+  if (wanted("gemv")) bench_gemv(pool, probe, runs, out);
+  if (wanted("model")) bench_model_linears(pool, probe, runs, out);
+  if (wanted("pages")) bench_pages(pool, probe, runs, out);
+  if (wanted("crossover")) bench_crossover(pool, runs, out);
+  if (wanted("gemm")) bench_gemm(pool, runs, out);
+  if (wanted("small")) bench_small_ops(pool, runs, out);
+  fmt::print("\nload average at the end {}\n", load_average());
 
   if (!json_path.empty()) {
     std::ofstream(json_path) << out.dump(2) << "\n";
-    fmt::print("\nwrote {}\n", json_path);
+    fmt::print("wrote {}\n", json_path);
   }
   return 0;
 }

@@ -5,7 +5,7 @@ packages=(
   cmake ninja-build g++ pkg-config make
   nlohmann-json3-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-pthread-dev libdnnl-dev gnuplot-nox
+  libopenblas-pthread-dev libdnnl-dev gnuplot-nox libxxhash-dev
   libpcre2-dev libutf8proc-dev
 )
 missing=()

@@ -30,15 +30,23 @@ MlaAttention::MlaAttention(const MlaShape& shape, const TensorView& kv_b_proj, f
 
 void MlaAttention::forward(MlaPath path, const float* q, const AttentionMetadata& meta, const float* latent, float* out,
                            ThreadPool& pool) {
+  forward(path, q, meta, cpu::KvRows::f32(latent, shape_.latent_row(), meta.block_size_tokens), out, pool);
+}
+
+void MlaAttention::forward(MlaPath path, const float* q, const AttentionMetadata& meta, const cpu::KvRows& latent,
+                           float* out, ThreadPool& pool) {
   if (meta.n_tokens() == 0) return;
+  if (latent.row_elements != shape_.latent_row())
+    fail("MLA latent cache rows hold {} elements, expected kv_lora_rank + qk_rope_head_dim = {}", latent.row_elements,
+         shape_.latent_row());
   if (path == MlaPath::Absorbed)
     forward_absorbed(q, meta, latent, out, pool);
   else
     forward_naive(q, meta, latent, out, pool);
 }
 
-void MlaAttention::forward_absorbed(const float* q, const AttentionMetadata& meta, const float* latent, float* out,
-                                    ThreadPool& pool) {
+void MlaAttention::forward_absorbed(const float* q, const AttentionMetadata& meta, const cpu::KvRows& latent,
+                                    float* out, ThreadPool& pool) {
   const int64_t T = meta.n_tokens(), nh = shape_.n_head, r = shape_.kv_lora_rank, dn = shape_.qk_nope_head_dim,
                 dr = shape_.qk_rope_head_dim, dv = shape_.v_head_dim, dq = shape_.qk_head_dim(), row = shape_.latent_row();
   q_abs_.resize(size_t(T * nh * row));
@@ -61,9 +69,7 @@ void MlaAttention::forward_absorbed(const float* q, const AttentionMetadata& met
   p.q = q_abs_.data();
   p.q_token_stride = nh * row;
   p.k_cache = latent;
-  p.v_cache = latent;
-  p.k_slot_stride = row;
-  p.v_slot_stride = row;
+  p.v_cache = latent;  // the value is the first kv_lora_rank elements of the same row
   p.out = o_lat_.data();
   p.query_start_loc = meta.query_start_loc.data();
   p.seq_lens = meta.seq_lens.data();
@@ -86,19 +92,23 @@ void MlaAttention::forward_absorbed(const float* q, const AttentionMetadata& met
   }
 }
 
-void MlaAttention::forward_naive(const float* q, const AttentionMetadata& meta, const float* latent, float* out,
+void MlaAttention::forward_naive(const float* q, const AttentionMetadata& meta, const cpu::KvRows& latent, float* out,
                                  ThreadPool& pool) {
   const int64_t nh = shape_.n_head, r = shape_.kv_lora_rank, dn = shape_.qk_nope_head_dim,
-                dr = shape_.qk_rope_head_dim, dv = shape_.v_head_dim, dq = shape_.qk_head_dim(), row = shape_.latent_row();
+                dr = shape_.qk_rope_head_dim, dv = shape_.v_head_dim, dq = shape_.qk_head_dim();
   const int64_t bs = meta.block_size_tokens;
   for (int64_t s = 0; s < meta.n_seqs(); ++s) {
     const int64_t L = meta.seq_lens[size_t(s)];
     const int64_t q_begin = meta.query_start_loc[size_t(s)], n_new = meta.query_start_loc[size_t(s) + 1] - q_begin;
     const int32_t* table = &meta.block_tables[size_t(s * meta.max_blocks_per_seq)];
-    // c[L, r] <- the sequence's cached latents, in position order
+    // c[L, r], k_pe[L, dr] <- the sequence's cached latents in position order, dequantised
     c_tmp_.resize(size_t(L * r));
-    for (int64_t pos = 0; pos < L; ++pos)
-      std::memcpy(&c_tmp_[size_t(pos * r)], latent + (int64_t(table[pos / bs]) * bs + pos % bs) * row, size_t(r) * 4);
+    pe_tmp_.resize(size_t(L * dr));
+    for (int64_t pos = 0; pos < L; ++pos) {
+      const int64_t slot = int64_t(table[pos / bs]) * bs + pos % bs;
+      cpu::dequantize_row(latent, slot, 0, r, &c_tmp_[size_t(pos * r)]);
+      cpu::dequantize_row(latent, slot, r, dr, &pe_tmp_[size_t(pos * dr)]);
+    }
     // kv[L, nh * (dn + dv)] = c · kv_b_projᵀ
     kv_tmp_.resize(size_t(L * nh * (dn + dv)));
     cpu::linear(c_tmp_.data(), L, kv_b_proj_, nullptr, kv_tmp_.data(), pool);
@@ -107,7 +117,7 @@ void MlaAttention::forward_naive(const float* q, const AttentionMetadata& meta, 
     k_tmp_.assign(size_t(n_blocks * bs * nh * dq), 0.0f);
     v_tmp_.assign(size_t(n_blocks * bs * nh * dv), 0.0f);
     for (int64_t pos = 0; pos < L; ++pos) {
-      const float* k_pe = latent + (int64_t(table[pos / bs]) * bs + pos % bs) * row + r;
+      const float* k_pe = &pe_tmp_[size_t(pos * dr)];
       for (int64_t h = 0; h < nh; ++h) {
         const float* kv = &kv_tmp_[size_t((pos * nh + h) * (dn + dv))];
         float* k = &k_tmp_[size_t((pos * nh + h) * dq)];
@@ -123,10 +133,8 @@ void MlaAttention::forward_naive(const float* q, const AttentionMetadata& meta, 
     cpu::PagedAttentionParams p{};
     p.q = q + q_begin * nh * dq;
     p.q_token_stride = nh * dq;
-    p.k_cache = k_tmp_.data();
-    p.v_cache = v_tmp_.data();
-    p.k_slot_stride = nh * dq;
-    p.v_slot_stride = nh * dv;
+    p.k_cache = cpu::KvRows::f32(k_tmp_.data(), nh * dq, bs);
+    p.v_cache = cpu::KvRows::f32(v_tmp_.data(), nh * dv, bs);
     p.out = out + q_begin * nh * dv;
     p.query_start_loc = query_start;
     p.seq_lens = &seq_len;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attention/attention_metadata.h"
+#include "backend/cpu/kv_quant.h"
 #include "core/tensor_view.h"
 #include "core/thread_pool.h"
 
@@ -37,15 +38,20 @@ class MlaAttention {
   MlaAttention(const MlaShape& shape, const TensorView& kv_b_proj, float softmax_scale);
 
   // q:      [T, n_head, qk_nope + qk_rope] with RoPE already applied to the rope part
-  // latent: the layer's cache, [n_slots, kv_lora_rank + qk_rope] (this step's rows already written)
+  // latent: the layer's cache rows, [n_slots, kv_lora_rank + qk_rope] (this step's rows already
+  //         written), in any KV element type: the absorbed path dequantises inside the paged
+  //         kernel, the naive path dequantises the rows it gathers
   // out:    [T, n_head, v_head_dim]
+  void forward(MlaPath path, const float* q, const AttentionMetadata& meta, const cpu::KvRows& latent, float* out,
+               ThreadPool& pool);
+  // An f32 latent cache [n_slots, kv_lora_rank + qk_rope].
   void forward(MlaPath path, const float* q, const AttentionMetadata& meta, const float* latent, float* out,
                ThreadPool& pool);
 
  private:
-  void forward_absorbed(const float* q, const AttentionMetadata& meta, const float* latent, float* out,
+  void forward_absorbed(const float* q, const AttentionMetadata& meta, const cpu::KvRows& latent, float* out,
                         ThreadPool& pool);
-  void forward_naive(const float* q, const AttentionMetadata& meta, const float* latent, float* out,
+  void forward_naive(const float* q, const AttentionMetadata& meta, const cpu::KvRows& latent, float* out,
                      ThreadPool& pool);
 
   MlaShape shape_;
@@ -53,7 +59,7 @@ class MlaAttention {
   float softmax_scale_;
   std::vector<float> w_uk_t_;  // [n_head, kv_lora_rank, qk_nope]: W_UK[h]ᵀ, so q_lat = linear(q_nope, W_UK[h]ᵀ)
   // scratch
-  std::vector<float> head_in_, head_out_, q_abs_, o_lat_, k_tmp_, v_tmp_, c_tmp_, kv_tmp_;
+  std::vector<float> head_in_, head_out_, q_abs_, o_lat_, k_tmp_, v_tmp_, c_tmp_, pe_tmp_, kv_tmp_;
 };
 
 }  // namespace latentserve

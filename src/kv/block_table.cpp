@@ -13,7 +13,7 @@ bool BlockTable::reserve(int64_t n_tokens, BlockPool& pool) {
 }
 
 void BlockTable::release_all(BlockPool& pool) {
-  for (BlockId id : blocks_) pool.release(id);
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) pool.release(*it);
   blocks_.clear();
 }
 

@@ -14,11 +14,16 @@ class BlockTable {
   explicit BlockTable(int64_t block_size_tokens) : block_size_tokens_(block_size_tokens) {}
 
   const std::vector<BlockId>& blocks() const { return blocks_; }
+  int64_t n_blocks() const { return int64_t(blocks_.size()); }
+  int64_t block_size_tokens() const { return block_size_tokens_; }
   int64_t capacity_tokens() const { return int64_t(blocks_.size()) * block_size_tokens_; }
 
   // Grows the table so that n_tokens fit; false (and nothing taken) when the pool is short.
   bool reserve(int64_t n_tokens, BlockPool& pool);
-  // Returns every block to the pool.
+  // Appends a block the caller already holds a reference for (its reference moves here).
+  void append(BlockId id) { blocks_.push_back(id); }
+  // Returns every block to the pool, last block first (so that a prefix outlives its tail
+  // in the LRU free list).
   void release_all(BlockPool& pool);
 
   int64_t slot(int64_t position) const;

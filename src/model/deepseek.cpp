@@ -130,7 +130,7 @@ class DeepseekModel final : public CausalLM {
         cpu::rms_norm(residual_.data(), T, H, L.input_norm, c.rms_norm_eps, x_.data(), pool_);
       else
         cpu::add_rms_norm(residual_.data(), x_.data(), T, H, L.input_norm, c.rms_norm_eps, x_.data(), pool_);
-      attention(L, batch, kv.k(l));  // x_ -> x_
+      attention(L, batch, kv, l);  // x_ -> x_
       cpu::add_rms_norm(residual_.data(), x_.data(), T, H, L.post_attention_norm, c.rms_norm_eps, x_.data(), pool_);
       feed_forward(L, T);  // x_ -> x_
     }
@@ -145,8 +145,8 @@ class DeepseekModel final : public CausalLM {
   }
 
  private:
-  // x_[T, H] (normed) -> x_[T, H]; writes this step's latent rows into `latent`.
-  void attention(DeepseekLayer& L, const ForwardBatch& batch, float* latent) {
+  // x_[T, H] (normed) -> x_[T, H]; writes this step's latent rows into layer `layer` of `kv`.
+  void attention(DeepseekLayer& L, const ForwardBatch& batch, cpu::CpuKvCache& kv, int64_t layer) {
     const ModelConfig& c = config_;
     const MlaConfig& m = *c.mla;
     const AttentionMetadata& meta = batch.attention;
@@ -174,13 +174,10 @@ class DeepseekModel final : public CausalLM {
                      rope_.attention_factor, layout});
     cpu::apply_rope({kv_a_.data() + r, row, T, 1, dr, dr, batch.positions.data(), rope_.inv_freq.data(),
                      rope_.attention_factor, layout});
-    // Cache the latent rows [c_kv | k_pe] of the new tokens.
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t slot = meta.slot_mapping[size_t(t)];
-      if (slot >= 0) std::memcpy(latent + slot * row, &kv_a_[size_t(t * row)], size_t(row) * 4);
-    }
+    // Cache the latent rows [c_kv | k_pe] of the new tokens (quantising).
+    kv.write(layer, kv_a_.data(), row, nullptr, 0, meta.slot_mapping.data(), T);
     attn_.resize(size_t(T * nh * m.v_head_dim));
-    L.mla->forward(path_, q_.data(), meta, latent, attn_.data(), pool_);  // [T, nh, dv]
+    L.mla->forward(path_, q_.data(), meta, kv.k_rows(layer), attn_.data(), pool_);  // [T, nh, dv]
     L.o_proj(attn_.data(), T, x_.data(), pool_);                          // [T, H]
   }
 

@@ -139,15 +139,12 @@ class LlamaFamilyModel final : public CausalLM {
         cpu::apply_rope({data + begin * heads * hd, heads * hd, n, heads, hd, rope.rotary_dim,
                          batch.positions.data() + begin, rope.inv_freq.data(), rope.attention_factor, layout});
     }
-    cpu::write_kv({k_.data(), nkv * hd, v_.data(), nkv * hd, kv.k(layer), kv.v(layer), meta.slot_mapping.data(), T,
-                   nkv * hd, nkv * hd});
+    kv.write(layer, k_.data(), nkv * hd, v_.data(), nkv * hd, meta.slot_mapping.data(), T);  // quantises
     cpu::PagedAttentionParams p{};
     p.q = q_.data();
     p.q_token_stride = nh * hd;
-    p.k_cache = kv.k(layer);
-    p.v_cache = kv.v(layer);
-    p.k_slot_stride = nkv * hd;
-    p.v_slot_stride = nkv * hd;
+    p.k_cache = kv.k_rows(layer);
+    p.v_cache = kv.v_rows(layer);
     p.out = attn_.data();
     p.query_start_loc = meta.query_start_loc.data();
     p.seq_lens = meta.seq_lens.data();

@@ -1,6 +1,10 @@
 // The paged, ragged attention kernel against the f64 reference over contiguous K/V.
 // Each case scatters every sequence's K/V into randomly chosen blocks of a shared
 // cache, so a wrong block-table or slot computation reads another sequence's data.
+// Every case runs on an f32 cache and again on bf16 and fp8 caches (each scale
+// granularity): against the reference on the dequantised K/V the kernel must agree to
+// f32 accuracy (it dequantises what it reads correctly), and against the reference on the
+// original K/V within the error the element format allows (see quantised_error_bound).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,13 +12,18 @@
 #include <numeric>
 #include <random>
 
+#include "backend/cpu/cpu_kv_cache.h"
 #include "backend/cpu/paged_attention.h"
 #include "backend/reference/attention_reference.h"
+#include "backend/reference/kv_quant_reference.h"
 #include "common/tolerance.h"
 #include "core/thread_pool.h"
 
 namespace latentserve {
 namespace {
+
+using cpu::KvCacheOptions;
+using cpu::KvScaleGranularity;
 
 struct Case {
   int64_t n_head, n_head_kv, head_dim_qk, head_dim_v, block_size, sliding_window;
@@ -29,10 +38,53 @@ std::vector<float> random_vector(std::mt19937& rng, int64_t n) {
   return v;
 }
 
-void run_case(const Case& c, uint32_t seed) {
+// Rows of KV data with the spread real caches have: each head its own magnitude, each token
+// a factor in [1/2, 2] and now and then an outlier token 4x larger (so per-block scales grow
+// and re-scale, and per-tensor / per-head scales differ).
+std::vector<float> kv_rows(std::mt19937& rng, int64_t n_rows, int64_t n_heads, int64_t head_dim) {
+  std::vector<float> x = random_vector(rng, n_rows * n_heads * head_dim);
+  std::uniform_real_distribution<float> log2_factor(-1.0f, 1.0f);
+  for (int64_t t = 0; t < n_rows; ++t) {
+    const float token = std::exp2(log2_factor(rng)) * (rng() % 8 == 0 ? 4.0f : 1.0f);
+    for (int64_t h = 0; h < n_heads; ++h)
+      for (int64_t d = 0; d < head_dim; ++d) x[size_t((t * n_heads + h) * head_dim + d)] *= token * std::exp2(float(h % 3) - 1.0f);
+  }
+  return x;
+}
+
+// An upper bound on |attention(q, K, V) - attention(q, K̂, V̂)| for one query row and head,
+// from the element bounds e_k, e_v (reference::kv_store_error_bound): score j moves by at most
+// D_j = scale * Σ_d |q_d| e_k[j, d], so every softmax weight by a factor within e^{±2D}
+// (D = max_j D_j) and Σ_j |p_j - p̂_j| <= e^{2D} - 1; then
+//   |o - ô| <= max_j |v_j - v̂_j| + (e^{2D} - 1) max_j |v̂_j|.
+double quantised_error_bound(const float* q, const std::vector<double>& e_k, const std::vector<double>& e_v,
+                             const std::vector<float>& v_hat, int64_t first, int64_t last, int64_t dk, int64_t dv,
+                             double scale) {
+  double d_max = 0, ev_max = 0, v_max = 0;
+  for (int64_t j = first; j <= last; ++j) {
+    double d = 0;
+    for (int64_t i = 0; i < dk; ++i) d += std::fabs(double(q[i])) * e_k[size_t(j * dk + i)];
+    d_max = std::max(d_max, d * scale);
+    for (int64_t i = 0; i < dv; ++i) {
+      ev_max = std::max(ev_max, e_v[size_t(j * dv + i)]);
+      v_max = std::max(v_max, std::fabs(double(v_hat[size_t(j * dv + i)])));
+    }
+  }
+  return ev_max + std::expm1(2 * d_max) * v_max;
+}
+
+struct Errors {
+  double vs_dequantised = 0;       // max |kernel - reference on K̂, V̂|
+  double vs_original = 0;          // max |kernel - reference on K, V|
+  double worst_bound_ratio = 0;    // max |kernel - reference on K, V| / (bound + f32 tolerance)
+  double rms_vs_original = 0, rms_reference = 0;
+};
+
+Errors run_case(const Case& c, uint32_t seed, const KvCacheOptions& options = {}) {
   std::mt19937 rng(seed);
-  const int64_t dk = c.head_dim_qk, dv = c.head_dim_v, bs = c.block_size;
+  const int64_t dk = c.head_dim_qk, dv = c.head_dim_v, bs = c.block_size, nkv = c.n_head_kv;
   const int64_t n_seqs = int64_t(c.seqs.size());
+  const double softmax_scale = 1.0 / std::sqrt(double(dk));
   int64_t max_blocks = 0, total_blocks = 0, n_tokens = 0;
   for (auto [len, n_new] : c.seqs) {
     max_blocks = std::max(max_blocks, (len + bs - 1) / bs);
@@ -44,40 +96,53 @@ void run_case(const Case& c, uint32_t seed) {
   std::iota(block_ids.begin(), block_ids.end(), 0);
   std::shuffle(block_ids.begin(), block_ids.end(), rng);
 
-  std::vector<float> k_cache = random_vector(rng, n_blocks * bs * c.n_head_kv * dk);  // garbage in unowned slots
-  std::vector<float> v_cache = random_vector(rng, n_blocks * bs * c.n_head_kv * dv);
+  // MLA's latent row: kv_lora_rank = head_dim_v, qk_rope_head_dim = the rest of head_dim_qk
+  const AttentionSpec spec = c.latent_row ? AttentionSpec::latent(c.n_head, dv, 4, dk - dv, dv)
+                                          : AttentionSpec::standard(c.n_head, nkv, dk, dv);
+  cpu::CpuKvCache cache(spec, 1, n_blocks, bs, options);
+  const int64_t k_row = cache.k_row_elements(), v_row = c.latent_row ? 0 : nkv * dv;
+  {  // garbage in every slot first (unowned slots keep it)
+    std::vector<int64_t> all(static_cast<size_t>(n_blocks * bs));
+    std::iota(all.begin(), all.end(), 0);
+    const auto k = kv_rows(rng, n_blocks * bs, nkv, dk), v = kv_rows(rng, n_blocks * bs, nkv, dv);
+    cache.write(0, k.data(), k_row, c.latent_row ? nullptr : v.data(), v_row, all.data(), n_blocks * bs);
+  }
   std::vector<int32_t> tables(size_t(n_seqs * max_blocks), -1), query_start{0}, seq_lens;
-  std::vector<float> q_all, expected;
+  std::vector<std::vector<float>> seq_q, seq_k, seq_v;
+  std::vector<std::vector<int64_t>> seq_slots;
   size_t next_block = 0;
   for (int64_t s = 0; s < n_seqs; ++s) {
     auto [len, n_new] = c.seqs[size_t(s)];
-    std::vector<float> k = random_vector(rng, len * c.n_head_kv * dk), v = random_vector(rng, len * c.n_head_kv * dv);
+    std::vector<float> k = kv_rows(rng, len, nkv, dk), v = kv_rows(rng, len, nkv, dv);
     if (c.latent_row)  // [len, 1, dk] -> V = K[:, :, :dv]
       for (int64_t pos = 0; pos < len; ++pos) std::copy_n(&k[size_t(pos * dk)], dv, &v[size_t(pos * dv)]);
-    std::vector<float> q = random_vector(rng, n_new * c.n_head * dk);
     for (int64_t b = 0; b < (len + bs - 1) / bs; ++b) tables[size_t(s * max_blocks + b)] = block_ids[next_block++];
-    for (int64_t pos = 0; pos < len; ++pos) {
-      int64_t slot = int64_t(tables[size_t(s * max_blocks + pos / bs)]) * bs + pos % bs;
-      std::copy_n(&k[size_t(pos * c.n_head_kv * dk)], c.n_head_kv * dk, &k_cache[size_t(slot * c.n_head_kv * dk)]);
-      std::copy_n(&v[size_t(pos * c.n_head_kv * dv)], c.n_head_kv * dv, &v_cache[size_t(slot * c.n_head_kv * dv)]);
+    std::vector<int64_t> slots;
+    for (int64_t pos = 0; pos < len; ++pos)
+      slots.push_back(int64_t(tables[size_t(s * max_blocks + pos / bs)]) * bs + pos % bs);
+    // written in position order, a few tokens per write (earlier steps), the new tokens last
+    for (int64_t begin = 0; begin < len;) {
+      const int64_t n = begin < len - n_new ? std::min(len - n_new - begin, 1 + int64_t(rng() % 9)) : n_new;
+      cache.write(0, &k[size_t(begin * nkv * dk)], k_row, c.latent_row ? nullptr : &v[size_t(begin * nkv * dv)],
+                  v_row, &slots[size_t(begin)], n);
+      begin += n;
     }
-    std::vector<float> ref(size_t(n_new * c.n_head * dv));
-    reference::causal_attention(q.data(), k.data(), v.data(), ref.data(), n_new, len, c.n_head, c.n_head_kv, dk, dv,
-                                1.0 / std::sqrt(double(dk)), c.sliding_window);
-    q_all.insert(q_all.end(), q.begin(), q.end());
-    expected.insert(expected.end(), ref.begin(), ref.end());
+    seq_q.push_back(random_vector(rng, n_new * c.n_head * dk));
+    seq_k.push_back(std::move(k));
+    seq_v.push_back(std::move(v));
+    seq_slots.push_back(std::move(slots));
     query_start.push_back(query_start.back() + int32_t(n_new));
     seq_lens.push_back(int32_t(len));
   }
+  std::vector<float> q_all;
+  for (const auto& q : seq_q) q_all.insert(q_all.end(), q.begin(), q.end());
 
   std::vector<float> out(size_t(n_tokens * c.n_head * dv), std::nanf(""));  // poisoned
   cpu::PagedAttentionParams p{};
   p.q = q_all.data();
   p.q_token_stride = c.n_head * dk;
-  p.k_cache = k_cache.data();
-  p.v_cache = c.latent_row ? k_cache.data() : v_cache.data();
-  p.k_slot_stride = c.n_head_kv * dk;
-  p.v_slot_stride = c.latent_row ? c.n_head_kv * dk : c.n_head_kv * dv;
+  p.k_cache = cache.k_rows(0);
+  p.v_cache = c.latent_row ? cache.k_rows(0) : cache.v_rows(0);
   p.out = out.data();
   p.query_start_loc = query_start.data();
   p.seq_lens = seq_lens.data();
@@ -86,38 +151,125 @@ void run_case(const Case& c, uint32_t seed) {
   p.max_blocks_per_seq = max_blocks;
   p.block_size = bs;
   p.n_head = c.n_head;
-  p.n_head_kv = c.n_head_kv;
+  p.n_head_kv = nkv;
   p.head_dim_qk = dk;
   p.head_dim_v = dv;
-  p.softmax_scale = float(1.0 / std::sqrt(double(dk)));
+  p.softmax_scale = float(softmax_scale);
   p.sliding_window = c.sliding_window;
   ThreadPool pool(2);
   cpu::paged_attention(p, pool);
 
-  double max_err = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    ASSERT_FALSE(std::isnan(out[i])) << "output element " << i << " was not written";
-    max_err = std::max(max_err, std::abs(double(out[i]) - double(expected[i])));
+  // References: on what the cache holds (K̂, V̂ decoded by the reference decoder) and on the
+  // original K, V; the element bounds of every cached K/V value for the quantisation bound.
+  Errors err;
+  const cpu::KvRows k_rows = p.k_cache, v_rows = p.v_cache;
+  const int64_t group = c.n_head / nkv;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    auto [len, n_new] = c.seqs[size_t(s)];
+    const auto& slots = seq_slots[size_t(s)];
+    const std::vector<float> k_hat = reference::kv_gather(k_rows, slots, 0, nkv * dk);
+    const std::vector<float> v_hat = reference::kv_gather(v_rows, slots, 0, nkv * dv);
+    std::vector<float> ref_hat(size_t(n_new * c.n_head * dv)), ref(ref_hat.size());
+    reference::causal_attention(seq_q[size_t(s)].data(), k_hat.data(), v_hat.data(), ref_hat.data(), n_new, len, c.n_head,
+                                nkv, dk, dv, softmax_scale, c.sliding_window);
+    reference::causal_attention(seq_q[size_t(s)].data(), seq_k[size_t(s)].data(), seq_v[size_t(s)].data(), ref.data(),
+                                n_new, len, c.n_head, nkv, dk, dv, softmax_scale, c.sliding_window);
+    for (int64_t hk = 0; hk < nkv; ++hk) {
+      // this KV head's element bounds and dequantised V: [len, dk], [len, dv]
+      std::vector<double> e_k(size_t(len * dk)), e_v(size_t(len * dv));
+      std::vector<float> v_head(size_t(len * dv));
+      for (int64_t j = 0; j < len; ++j) {
+        for (int64_t i = 0; i < dk; ++i)
+          e_k[size_t(j * dk + i)] = reference::kv_store_error_bound(k_rows, slots[size_t(j)], hk * dk + i,
+                                                                    seq_k[size_t(s)][size_t((j * nkv + hk) * dk + i)]);
+        for (int64_t i = 0; i < dv; ++i) {
+          e_v[size_t(j * dv + i)] = reference::kv_store_error_bound(v_rows, slots[size_t(j)], hk * dv + i,
+                                                                    seq_v[size_t(s)][size_t((j * nkv + hk) * dv + i)]);
+          v_head[size_t(j * dv + i)] = v_hat[size_t((j * nkv + hk) * dv + i)];
+        }
+      }
+      for (int64_t i = 0; i < n_new; ++i) {
+        const int64_t pos = len - n_new + i, t = query_start[size_t(s)] + i;
+        const int64_t first = c.sliding_window > 0 ? std::max<int64_t>(0, pos - c.sliding_window + 1) : 0;
+        for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+          const float* q = &seq_q[size_t(s)][size_t((i * c.n_head + h) * dk)];
+          const double bound = quantised_error_bound(q, e_k, e_v, v_head, first, pos, dk, dv, softmax_scale);
+          for (int64_t d = 0; d < dv; ++d) {
+            const double o = out[size_t((t * c.n_head + h) * dv + d)];
+            const double r_hat = ref_hat[size_t((i * c.n_head + h) * dv + d)], r = ref[size_t((i * c.n_head + h) * dv + d)];
+            EXPECT_FALSE(std::isnan(o)) << "output of token " << t << " head " << h << " was not written";
+            err.vs_dequantised = std::max(err.vs_dequantised, std::fabs(o - r_hat));
+            err.vs_original = std::max(err.vs_original, std::fabs(o - r));
+            err.worst_bound_ratio = std::max(err.worst_bound_ratio, std::fabs(o - r) / (bound + testing::kF32KernelRelTol));
+            err.rms_vs_original += (o - r) * (o - r);
+            err.rms_reference += r * r;
+          }
+        }
+      }
+    }
   }
-  EXPECT_LT(max_err, testing::kF32KernelRelTol) << "max |paged - reference| over " << out.size() << " outputs";
+  err.rms_vs_original = std::sqrt(err.rms_vs_original / double(out.size()));
+  err.rms_reference = std::sqrt(err.rms_reference / double(out.size()));
+  EXPECT_LT(err.vs_dequantised, testing::kF32KernelRelTol) << "max |paged - reference on the cached K/V|";
+  EXPECT_LE(err.worst_bound_ratio, 1.0) << "max |paged - reference on the original K/V| exceeds the format's bound";
+  // The bound above is a worst case (errors all aligned) and some 20-60x above what happens.
+  // A sanity budget for the typical error, not a theorem: the RMS error stays within twice the
+  // format's unit roundoff (2^-4 fp8, 2^-8 bf16) of the RMS output; these cases sit near 0.8 u
+  // (the outputs are averages of V rows several times larger than themselves).
+  const double u = options.dtype == DType::F8_E4M3 ? reference::kE4M3UnitRoundoff
+                   : options.dtype == DType::BF16  ? reference::kBf16UnitRoundoff
+                                                   : 0.0;
+  EXPECT_LE(err.rms_vs_original, 2 * u * err.rms_reference + testing::kF32KernelRelTol);
+  return err;
+}
+
+// Every quantised format the cache offers.
+std::vector<std::pair<std::string, KvCacheOptions>> quantised_formats(bool latent) {
+  std::vector<std::pair<std::string, KvCacheOptions>> formats;
+  formats.push_back({"bf16", KvCacheOptions{DType::BF16}});
+  for (KvScaleGranularity g : {KvScaleGranularity::PerTensor, KvScaleGranularity::PerHead, KvScaleGranularity::PerBlock})
+    for (bool rope_bf16 : latent ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
+      KvCacheOptions o;
+      o.dtype = DType::F8_E4M3;
+      o.scale = g;
+      o.mla_rope_bf16 = rope_bf16;
+      formats.push_back({"fp8 " + std::string(cpu::kv_scale_granularity_name(g)) +
+                             (latent ? (rope_bf16 ? " rope-bf16" : " rope-fp8") : ""),
+                         o});
+    }
+  return formats;
+}
+
+// The case on an f32 cache, then on every quantised format.
+void run_all_formats(const Case& c, uint32_t seed) {
+  {
+    SCOPED_TRACE("f32");
+    const Errors e = run_case(c, seed);
+    EXPECT_LT(e.vs_original, testing::kF32KernelRelTol);
+  }
+  for (const auto& [name, options] : quantised_formats(c.latent_row)) {
+    SCOPED_TRACE(name);
+    const Errors e = run_case(c, seed, options);
+    EXPECT_GT(e.vs_original, testing::kF32KernelRelTol) << "no quantisation error at all: is the cache really " << name;
+  }
 }
 
 TEST(PagedAttention, RaggedMixOfPrefillAndDecodeMHA) {
-  run_case({4, 4, 16, 16, 16, 0, {{1, 1}, {37, 37}, {70, 1}, {33, 5}}}, 1);
+  run_all_formats({4, 4, 16, 16, 16, 0, {{1, 1}, {37, 37}, {70, 1}, {33, 5}}}, 1);
 }
 
 TEST(PagedAttention, GQAWithDifferentKAndVHeadDims) {
-  run_case({8, 2, 24, 40, 16, 0, {{100, 1}, {17, 17}, {129, 64}}}, 2);
+  run_all_formats({8, 2, 24, 40, 16, 0, {{100, 1}, {17, 17}, {129, 64}}}, 2);
 }
 
 TEST(PagedAttention, MQALargeBlocks) {
-  run_case({6, 1, 20, 20, 128, 0, {{300, 1}, {5, 5}, {260, 3}}}, 3);
+  run_all_formats({6, 1, 20, 20, 128, 0, {{300, 1}, {5, 5}, {260, 3}}}, 3);
 }
 
 TEST(PagedAttention, EveryBlockSize) {
   for (int64_t bs : {16, 32, 64, 128}) {
     SCOPED_TRACE(bs);
-    run_case({4, 2, 32, 32, bs, 0, {{bs + 1, 1}, {2 * bs, bs}, {3, 3}}}, uint32_t(10 + bs));
+    run_all_formats({4, 2, 32, 32, bs, 0, {{bs + 1, 1}, {2 * bs, bs}, {3, 3}}}, uint32_t(10 + bs));
   }
 }
 
@@ -126,11 +278,11 @@ TEST(PagedAttention, EveryBlockSize) {
 TEST(PagedAttention, LatentRowSharedByKeyAndValue) {
   Case c{6, 1, 40, 32, 64, 0, {{130, 1}, {70, 70}, {65, 2}}};
   c.latent_row = true;
-  run_case(c, 5);
+  run_all_formats(c, 5);
 }
 
 TEST(PagedAttention, SlidingWindow) {
-  run_case({4, 2, 16, 16, 16, 7, {{50, 1}, {40, 40}, {20, 9}}}, 4);
+  run_all_formats({4, 2, 16, 16, 16, 7, {{50, 1}, {40, 40}, {20, 9}}}, 4);
 }
 
 }  // namespace

@@ -43,6 +43,52 @@ TEST(BlockPool, ReferenceCountsReturnBlocksWhenTheLastHolderLeaves) {
   EXPECT_EQ(pool.n_free(), 2);
 }
 
+TEST(BlockPool, NullBlockIsNeverHandedOut) {
+  BlockPool pool(5, 16);
+  EXPECT_EQ(pool.n_blocks(), 6);  // the backend sizes its memory by this: null block included
+  EXPECT_EQ(pool.n_usable_blocks(), 5);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<BlockId> ids;
+    ASSERT_TRUE(pool.allocate(5, ids));
+    for (BlockId id : ids) EXPECT_NE(id, kNullBlock);
+    EXPECT_FALSE(pool.allocate(1, ids));
+    for (BlockId id : ids) pool.release(id);
+  }
+  EXPECT_FALSE(pool.is_free(kNullBlock));
+  EXPECT_THROW(pool.retain(kNullBlock), Error);
+  EXPECT_THROW(pool.release(kNullBlock), Error);
+}
+
+TEST(BlockPool, FreeListIsLeastRecentlyFreedFirst) {
+  BlockPool pool(4, 16);
+  std::vector<BlockId> ids;
+  ASSERT_TRUE(pool.allocate(4, ids));
+  EXPECT_EQ(ids, (std::vector<BlockId>{1, 2, 3, 4}));
+  for (BlockId id : {3, 1, 4, 2}) pool.release(id);
+  EXPECT_EQ(pool.free_blocks_in_reuse_order(), (std::vector<BlockId>{3, 1, 4, 2}));
+  std::vector<BlockId> again;
+  ASSERT_TRUE(pool.allocate(2, again));
+  EXPECT_EQ(again, (std::vector<BlockId>{3, 1}));
+  // Reuse::First jumps the queue; a retained free block leaves it (a prefix-cache hit).
+  pool.release(3, BlockPool::Reuse::First);
+  EXPECT_EQ(pool.free_blocks_in_reuse_order(), (std::vector<BlockId>{3, 4, 2}));
+  pool.retain(4);
+  EXPECT_EQ(pool.ref_count(4), 1);
+  EXPECT_FALSE(pool.is_free(4));
+  EXPECT_EQ(pool.free_blocks_in_reuse_order(), (std::vector<BlockId>{3, 2}));
+  EXPECT_EQ(pool.n_free(), 2);
+  EXPECT_EQ(pool.n_used(), 2);
+}
+
+TEST(BlockPool, DoubleFreeThrows) {
+  BlockPool pool(2, 16);
+  std::vector<BlockId> ids;
+  ASSERT_TRUE(pool.allocate(1, ids));
+  pool.release(ids[0]);
+  EXPECT_THROW(pool.release(ids[0]), Error);
+  EXPECT_EQ(pool.n_free(), 2);
+}
+
 TEST(BlockTable, SlotsFollowTheBlockOrder) {
   for (int64_t bs : {16, 32, 64, 128}) {
     BlockPool pool(64, bs);

@@ -33,10 +33,28 @@ struct GroupState {
   std::vector<float> max;      // [group]
   std::vector<float> sum;      // [group]
   std::vector<float> acc;      // [group, head_dim_v]
+  std::vector<float> k_tile;   // [block_size, head_dim_qk] dequantised K rows of one head (BF16 / FP8 caches)
+  std::vector<float> v_tile;   // [block_size, head_dim_v]
 };
 
-void attend_one_group(const PagedAttentionParams& p, int64_t token, int64_t seq, int64_t query_pos, int64_t kv_head,
-                      GroupState& st) {
+// Rows [slot0, slot0 + n) of `rows`, elements [begin, begin + width): f32 rows are read in
+// place; BF16 / FP8 rows are dequantised into `tile`. Returns the first row; *stride is the
+// distance between rows in floats.
+inline const float* load_rows(const KvRows& rows, int64_t slot0, int64_t n, int64_t begin, int64_t width,
+                              std::vector<float>& tile, int64_t* stride) {
+  if (rows.dtype == DType::F32) {
+    *stride = rows.row_elements;
+    return static_cast<const float*>(rows.data) + slot0 * rows.row_elements + begin;
+  }
+  for (int64_t j = 0; j < n; ++j) dequantize_row(rows, slot0 + j, begin, width, &tile[size_t(j * width)]);
+  *stride = width;
+  return tile.data();
+}
+
+// v_shares_k: the V rows are the first head_dim_v elements of the K rows (MLA absorbed): the
+// dequantised K tile serves as the V tile.
+void attend_one_group(const PagedAttentionParams& p, bool v_shares_k, int64_t token, int64_t seq, int64_t query_pos,
+                      int64_t kv_head, GroupState& st) {
   const int64_t group = p.n_head / p.n_head_kv;
   const int64_t dk = p.head_dim_qk, dv = p.head_dim_v, bs = p.block_size;
   const int32_t* table = p.block_tables + seq * p.max_blocks_per_seq;
@@ -48,6 +66,8 @@ void attend_one_group(const PagedAttentionParams& p, int64_t token, int64_t seq,
   st.max.assign(size_t(group), -std::numeric_limits<float>::infinity());
   st.sum.assign(size_t(group), 0.0f);
   st.acc.assign(size_t(group * dv), 0.0f);
+  if (p.k_cache.dtype != DType::F32) st.k_tile.resize(size_t(bs * dk));
+  if (p.v_cache.dtype != DType::F32 && !v_shares_k) st.v_tile.resize(size_t(bs * dv));
 
   for (int64_t tile_begin = ctx_begin - ctx_begin % bs; tile_begin < ctx_end; tile_begin += bs) {
     const int64_t block = table[tile_begin / bs];
@@ -55,9 +75,11 @@ void attend_one_group(const PagedAttentionParams& p, int64_t token, int64_t seq,
     const int64_t first = std::max(tile_begin, ctx_begin), last = std::min(tile_begin + bs, ctx_end);
     const int64_t n = last - first;
     const int64_t slot0 = block * bs + (first - tile_begin);
+    int64_t k_stride = 0, v_stride = 0;
+    const float* k_rows = load_rows(p.k_cache, slot0, n, kv_head * dk, dk, st.k_tile, &k_stride);  // [n, dk]
     // scores[g, j] = scale * q_g · k_j over this tile
     for (int64_t j = 0; j < n; ++j) {
-      const float* k = p.k_cache + (slot0 + j) * p.k_slot_stride + kv_head * dk;
+      const float* k = k_rows + j * k_stride;
       for (int64_t g = 0; g < group; ++g) st.scores[size_t(g * bs + j)] = p.softmax_scale * dot(q0 + g * dk, k, dk);
     }
     for (int64_t g = 0; g < group; ++g) {
@@ -76,8 +98,11 @@ void attend_one_group(const PagedAttentionParams& p, int64_t token, int64_t seq,
       st.max[size_t(g)] = new_max;
     }
     // acc[g] += Σ_j s[g, j] * v_j
+    const float* v_rows = k_rows;  // [n, dv]
+    v_stride = k_stride;
+    if (!v_shares_k) v_rows = load_rows(p.v_cache, slot0, n, kv_head * dv, dv, st.v_tile, &v_stride);
     for (int64_t j = 0; j < n; ++j) {
-      const float* v = p.v_cache + (slot0 + j) * p.v_slot_stride + kv_head * dv;
+      const float* v = v_rows + j * v_stride;
       for (int64_t g = 0; g < group; ++g) scale_add(&st.acc[size_t(g * dv)], v, st.scores[size_t(g * bs + j)], dv);
     }
   }
@@ -92,6 +117,10 @@ void attend_one_group(const PagedAttentionParams& p, int64_t token, int64_t seq,
 
 void paged_attention(const PagedAttentionParams& p, ThreadPool& pool) {
   assert(p.n_head % p.n_head_kv == 0);
+  assert(p.k_cache.dtype == DType::F32 || p.k_cache.block_size_tokens == p.block_size);
+  assert(p.v_cache.dtype == DType::F32 || p.v_cache.block_size_tokens == p.block_size);
+  const bool v_shares_k = p.v_cache.data == p.k_cache.data && p.v_cache.row_bytes == p.k_cache.row_bytes &&
+                          p.n_head_kv == 1 && p.head_dim_v <= p.head_dim_qk;
   const int64_t n_tokens = p.query_start_loc[p.n_seqs];
   // token -> (sequence, position in the sequence)
   std::vector<int64_t> token_seq(static_cast<size_t>(n_tokens)), token_pos(static_cast<size_t>(n_tokens));
@@ -108,7 +137,7 @@ void paged_attention(const PagedAttentionParams& p, ThreadPool& pool) {
     GroupState state;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t token = item / p.n_head_kv, kv_head = item % p.n_head_kv;
-      attend_one_group(p, token, token_seq[size_t(token)], token_pos[size_t(token)], kv_head, state);
+      attend_one_group(p, v_shares_k, token, token_seq[size_t(token)], token_pos[size_t(token)], kv_head, state);
     }
   });
 }

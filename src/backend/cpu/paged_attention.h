@@ -2,9 +2,12 @@
 // Causal attention over a paged KV cache for a ragged batch (any mix of prefill
 // chunks and decode tokens), for MHA, GQA and MQA: the query heads of one KV group
 // are processed together so each K/V row is read once per group. Online softmax in
-// f32, one tile per KV block.
+// f32, one tile per KV block. The cache may be F32, BF16 or FP8 (backend/cpu/kv_quant.h):
+// a quantised tile's K and V rows of one head are dequantised into a small per-thread
+// buffer as they are read, never into a full-precision copy of the cache.
 #include <cstdint>
 
+#include "backend/cpu/kv_quant.h"
 #include "core/thread_pool.h"
 
 namespace latentserve::cpu {
@@ -12,10 +15,9 @@ namespace latentserve::cpu {
 struct PagedAttentionParams {
   const float* q;        // [n_tokens, n_head, head_dim_qk], token stride q_token_stride
   int64_t q_token_stride;
-  const float* k_cache;  // [n_slots, n_head_kv, head_dim_qk] rows k_slot_stride apart (n_slots = n_blocks * block_size)
-  const float* v_cache;  // [n_slots, n_head_kv, head_dim_v] rows v_slot_stride apart
-  int64_t k_slot_stride;  // elements between slots: n_head_kv * head_dim_qk for a standard cache;
-  int64_t v_slot_stride;  // MLA's absorbed path reads K and V from one latent row (v_cache = k_cache)
+  KvRows k_cache;  // [n_slots] rows (n_slots = n_blocks * block_size); head h at elements [h * head_dim_qk, +head_dim_qk)
+  KvRows v_cache;  // [n_slots] rows; head h at elements [h * head_dim_v, +head_dim_v). MLA's absorbed path
+                   // reads K and V from one latent row: v_cache = k_cache (n_head_kv == 1), dequantised once
   float* out;            // [n_tokens, n_head, head_dim_v], contiguous
   const int32_t* query_start_loc;  // [n_seqs + 1]
   const int32_t* seq_lens;         // [n_seqs]
@@ -33,6 +35,8 @@ struct PagedAttentionParams {
 
 void paged_attention(const PagedAttentionParams& p, ThreadPool& pool);
 
+// Stores each new token's K and V rows into its slot of an f32 paged cache (the raw form of
+// CpuKvCache::write for F32 caches; models call CpuKvCache::write, which also quantises).
 struct WriteKvParams {
   const float* k;  // [n_tokens, n_head_kv * head_dim_qk], token stride k_token_stride
   int64_t k_token_stride;
@@ -46,7 +50,6 @@ struct WriteKvParams {
   int64_t v_row_elements;  // n_head_kv * head_dim_v
 };
 
-// Stores each new token's K and V rows into its slot of the paged cache.
 void write_kv(const WriteKvParams& p);
 
 }  // namespace latentserve::cpu

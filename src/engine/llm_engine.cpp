@@ -1,0 +1,168 @@
+#include "engine/llm_engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace latentserve {
+
+namespace {
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+KvCacheConfig kv_config(const CausalLM& model, const EngineConfig& c) {
+  const AttentionSpec spec = model.attention_spec();
+  KvCacheConfig k;
+  k.block_size_tokens = c.block_size_tokens ? c.block_size_tokens : spec.kind == AttentionKind::MLA ? 64 : 16;
+  if (!is_supported_block_size(k.block_size_tokens))
+    fail("--block-size must be 16, 32, 64 or 128, got {}", k.block_size_tokens);
+  const int64_t block_bytes = spec.kv_bytes_per_token(DType::F32, model.n_layer()) * k.block_size_tokens;
+  k.n_usable_blocks = c.n_kv_blocks > 0 ? c.n_kv_blocks : c.kv_cache_bytes / block_bytes;
+  if (k.n_usable_blocks < 1)
+    fail("the KV cache budget of {} bytes holds no block of {} tokens ({} bytes each)", c.kv_cache_bytes,
+         k.block_size_tokens, block_bytes);
+  k.enable_prefix_caching = c.enable_prefix_caching;
+  k.cache_salt = model.config().model_type + "/" + std::to_string(model.vocab_size()) + "/kv=f32";
+  return k;
+}
+
+}  // namespace
+
+LLMEngine::LLMEngine(CausalLM& model, EngineConfig config, ThreadPool& pool)
+    : model_(model),
+      pool_(pool),
+      kv_(kv_config(model, config)),
+      kv_memory_(model.attention_spec(), model.n_layer(), kv_.n_blocks(), kv_.block_size_tokens()),
+      scheduler_(config.scheduler, kv_) {}
+
+void LLMEngine::add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params) {
+  params.validate();
+  if (params.n != 1) fail("request '{}': n = {} is not supported yet (only n = 1)", id, params.n);
+  if (live_ids_.count(id)) fail("request id '{}' is already in use", id);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= model_.vocab_size())
+      fail("request '{}': prompt token {} (at {}) is outside the vocabulary [0, {})", id, prompt[i], i,
+           model_.vocab_size());
+  auto r = std::make_unique<Request>(next_seq_id_++, id, std::move(prompt), std::move(params));
+  scheduler_.add(std::move(r));  // admission control may throw: nothing was queued then
+  live_ids_.insert(id);
+}
+
+bool LLMEngine::abort(const std::string& id) { return scheduler_.abort(id); }
+
+ForwardBatch LLMEngine::build_batch(const StepPlan& plan) const {
+  ForwardBatch b;
+  AttentionMetadata& m = b.attention;
+  m.block_size_tokens = kv_.block_size_tokens();
+  m.query_start_loc.push_back(0);
+  for (const auto& s : plan.scheduled)
+    m.max_blocks_per_seq =
+        std::max<int64_t>(m.max_blocks_per_seq, int64_t(kv_.block_table(s.request->seq_id).blocks().size()));
+  m.block_tables.assign(plan.scheduled.size() * size_t(m.max_blocks_per_seq), 0);  // 0: the null block
+  for (size_t i = 0; i < plan.scheduled.size(); ++i) {
+    const Request& r = *plan.scheduled[i].request;
+    const BlockTable& table = kv_.block_table(r.seq_id);
+    const int64_t first = r.n_computed_tokens, end = first + plan.scheduled[i].n_tokens;
+    for (int64_t pos = first; pos < end; ++pos) {
+      if (pos == end - 1 && end == r.n_tokens()) b.logits_indices.push_back(int32_t(b.token_ids.size()));
+      b.token_ids.push_back(r.token_at(pos));
+      b.positions.push_back(int32_t(pos));
+      m.slot_mapping.push_back(table.slot(pos));
+    }
+    m.query_start_loc.push_back(int32_t(b.token_ids.size()));
+    m.seq_lens.push_back(int32_t(end));
+    b.prompt_lens.push_back(int32_t(r.prompt.size()));
+    std::copy(table.blocks().begin(), table.blocks().end(), m.block_tables.begin() + int64_t(i) * m.max_blocks_per_seq);
+  }
+  return b;
+}
+
+std::vector<RequestOutput> LLMEngine::step() {
+  const auto t0 = Clock::now();
+  StepPlan plan = scheduler_.schedule();
+  const auto t1 = Clock::now();
+  metrics_.scheduler_seconds += std::chrono::duration<double>(t1 - t0).count();
+  metrics_.n_preemptions += int64_t(plan.preempted.size());
+
+  std::vector<RequestOutput> outputs;
+  if (!plan.empty()) {
+    ForwardBatch batch = build_batch(plan);
+    const size_t vocab = size_t(model_.vocab_size());
+    logits_.resize(batch.logits_indices.size() * vocab);
+    model_.forward(batch, kv_memory_, logits_.data());
+    metrics_.forward_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
+    for (const auto& s : plan.scheduled)
+      if (s.request->n_computed_tokens < int64_t(s.request->prompt.size()))
+        metrics_.prompt_tokens_computed += std::min<int64_t>(s.n_tokens, int64_t(s.request->prompt.size()) - s.request->n_computed_tokens);
+    scheduler_.on_step_computed(plan);
+
+    // Sample for every request whose chunk reached its last known token.
+    const auto now = Clock::now();
+    size_t row = 0;
+    const auto& eos = model_.config().eos_token_ids;
+    const std::vector<int32_t> eos32(eos.begin(), eos.end());
+    for (const auto& s : plan.scheduled) {
+      Request& r = *s.request;
+      if (r.n_computed_tokens != r.n_tokens()) continue;  // a prefill chunk mid-prompt
+      const std::span<const float> logits(&logits_[row++ * vocab], vocab);
+      SampleResult sample = sampler_.sample(logits, r.params, r.prompt, r.output, r.rng);
+      if (!r.first_token_time) {
+        r.first_token_time = now;
+        metrics_.prompt_tokens_total += int64_t(r.prompt.size());
+        metrics_.prompt_tokens_cached += r.n_cached_tokens;
+      } else {
+        metrics_.itl_ms.push_back(ms_between(r.last_token_time, now));
+      }
+      r.last_token_time = now;
+      r.output.push_back(sample.token);
+      ++metrics_.generated_tokens;
+      RequestOutput out;
+      out.id = r.id;
+      out.new_tokens = {sample.token};
+      if (r.params.logprobs) out.new_samples.push_back(std::move(sample));
+      r.finish_reason = finish_reason_after(r.params, r.output.back(), int64_t(r.output.size()), eos32);
+      if (r.finish_reason != FinishReason::None) {
+        r.status = RequestStatus::Finished;
+        r.finish_time = now;
+      }
+      outputs.push_back(std::move(out));
+    }
+  }
+
+  for (auto& r : scheduler_.take_finished()) {
+    live_ids_.erase(r->id);
+    auto it = std::find_if(outputs.begin(), outputs.end(), [&](const auto& o) { return o.id == r->id; });
+    if (it == outputs.end()) {
+      outputs.push_back({});
+      it = outputs.end() - 1;
+      it->id = r->id;
+    }
+    it->finished = true;
+    it->finish_reason = r->finish_reason_name();
+    it->output_tokens = r->output;
+    it->n_prompt_tokens = int64_t(r->prompt.size());
+    it->n_cached_tokens = r->n_cached_tokens;
+    it->n_preemptions = r->n_preemptions;
+    if (r->first_token_time) {
+      it->ttft_ms = ms_between(r->arrival_time, *r->first_token_time);
+      metrics_.ttft_ms.push_back(it->ttft_ms);
+      if (r->output.size() >= 2) {
+        it->tpot_ms = ms_between(*r->first_token_time, r->last_token_time) / double(r->output.size() - 1);
+        metrics_.tpot_ms.push_back(it->tpot_ms);
+      }
+    }
+    (r->aborted ? metrics_.n_aborted : metrics_.n_finished) += 1;
+  }
+  const KvCacheStats kv_stats = kv_.stats();
+  metrics_.last_kv_usage = kv_stats.usage();
+  metrics_.max_kv_usage = std::max(metrics_.max_kv_usage, metrics_.last_kv_usage);
+  metrics_.n_running = scheduler_.n_running();
+  metrics_.n_waiting = scheduler_.n_waiting();
+  ++metrics_.n_steps;
+  metrics_.step_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  return outputs;
+}
+
+}  // namespace latentserve

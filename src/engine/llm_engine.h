@@ -1,0 +1,69 @@
+#pragma once
+// LLMEngine: continuous batching over one model. add_request() queues a request,
+// step() runs one scheduler decision + one forward + sampling and reports what each
+// request produced, abort() cancels a request at any step (its blocks return at once).
+// The offline `batch` command and the server drive the same loop.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "backend/cpu/cpu_kv_cache.h"
+#include "engine/engine_metrics.h"
+#include "engine/scheduler.h"
+#include "model/causal_lm.h"
+#include "sampling/sampler.h"
+
+namespace latentserve {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  int64_t block_size_tokens = 0;        // 0: the model's default (16; 64 for MLA)
+  int64_t kv_cache_bytes = int64_t(1) << 30;  // KV memory budget (f32 elements on the CPU)
+  int64_t n_kv_blocks = 0;              // > 0: exactly this many usable blocks (overrides the budget)
+  bool enable_prefix_caching = true;
+};
+
+struct RequestOutput {
+  std::string id;
+  std::vector<int32_t> new_tokens;      // produced by this step
+  std::vector<SampleResult> new_samples;  // with logprobs, when asked for
+  bool finished = false;
+  // When finished:
+  std::string finish_reason;            // stop | length | abort
+  std::vector<int32_t> output_tokens;
+  int64_t n_prompt_tokens = 0, n_cached_tokens = 0, n_preemptions = 0;
+  double ttft_ms = 0, tpot_ms = 0;
+};
+
+class LLMEngine {
+ public:
+  LLMEngine(CausalLM& model, EngineConfig config, ThreadPool& pool);
+
+  // Validates (Error naming the parameter) and queues. Ids must be unique among live requests.
+  void add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params);
+  bool abort(const std::string& id);
+  std::vector<RequestOutput> step();
+  bool has_unfinished() const { return scheduler_.has_unfinished(); }
+
+  const EngineMetrics& metrics() const { return metrics_; }
+  const KvCacheManager& kv_manager() const { return kv_; }
+  int64_t block_size_tokens() const { return kv_.block_size_tokens(); }
+
+ private:
+  ForwardBatch build_batch(const StepPlan& plan) const;
+
+  CausalLM& model_;
+  ThreadPool& pool_;
+  KvCacheManager kv_;
+  cpu::CpuKvCache kv_memory_;
+  Scheduler scheduler_;
+  Sampler sampler_;
+  EngineMetrics metrics_;
+  int64_t next_seq_id_ = 1;
+  std::unordered_set<std::string> live_ids_;
+  std::vector<float> logits_;
+};
+
+}  // namespace latentserve
