@@ -7,6 +7,7 @@ namespace latentserve::cli {
 Command add_logits_command(CLI::App& app);
 Command add_generate_command(CLI::App& app);
 Command add_check_command(CLI::App& app);
+Command add_batch_command(CLI::App& app);
 Command add_tokenize_command(CLI::App& app);
 Command add_plan_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);

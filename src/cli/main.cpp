@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
       add_logits_command(app),
       add_generate_command(app),
       add_check_command(app),
+      add_batch_command(app),
       add_tokenize_command(app),
       add_plan_command(app),
       add_bench_command(app),

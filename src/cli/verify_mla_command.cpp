@@ -24,9 +24,10 @@ int run_verify_mla(const VerifyMlaArgs& a) {
   MlaVerifyOptions options;
   options.seed = a.seed;
   std::vector<MlaVerifyReport> reports;
-  reports.push_back(verify_mla_random(options, pool));
+  // The checkpoint first, so a folder that is not an MLA model fails before the long random run.
   if (!a.model_dir.empty())
     reports.push_back(verify_mla_checkpoint(a.model_dir, options, pool, int64_t(a.max_e2e_gb * 1e9)));
+  reports.insert(reports.begin(), verify_mla_random(options, pool));
   bool passed = true;
   for (const auto& r : reports) passed = passed && r.passed();
   std::string out;

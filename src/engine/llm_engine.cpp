@@ -30,15 +30,20 @@ KvCacheConfig kv_config(const CausalLM& model, const EngineConfig& c) {
 
 }  // namespace
 
-LLMEngine::LLMEngine(CausalLM& model, EngineConfig config, ThreadPool& pool)
+LLMEngine::LLMEngine(CausalLM& model, EngineConfig config, ThreadPool& pool, const tokenizer::Tokenizer* tokenizer)
     : model_(model),
+      tokenizer_(tokenizer),
       pool_(pool),
       kv_(kv_config(model, config)),
       kv_memory_(model.attention_spec(), model.n_layer(), kv_.n_blocks(), kv_.block_size_tokens()),
       scheduler_(config.scheduler, kv_) {}
 
-void LLMEngine::add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params) {
+void LLMEngine::add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params,
+                            std::vector<std::string> stop) {
   params.validate();
+  for (const auto& s : stop)
+    if (s.empty()) fail("request '{}': stop strings must not be empty", id);
+  if (!stop.empty() && !tokenizer_) fail("request '{}': stop strings need a tokenizer (tokenizer.json)", id);
   if (params.n != 1) fail("request '{}': n = {} is not supported yet (only n = 1)", id, params.n);
   if (live_ids_.count(id)) fail("request id '{}' is already in use", id);
   for (size_t i = 0; i < prompt.size(); ++i)
@@ -46,6 +51,8 @@ void LLMEngine::add_request(const std::string& id, std::vector<int32_t> prompt, 
       fail("request '{}': prompt token {} (at {}) is outside the vocabulary [0, {})", id, prompt[i], i,
            model_.vocab_size());
   auto r = std::make_unique<Request>(next_seq_id_++, id, std::move(prompt), std::move(params));
+  r->stop = std::move(stop);
+  if (tokenizer_) r->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(*tokenizer_, true);
   scheduler_.add(std::move(r));  // admission control may throw: nothing was queued then
   live_ids_.insert(id);
 }
@@ -77,6 +84,29 @@ ForwardBatch LLMEngine::build_batch(const StepPlan& plan) const {
     std::copy(table.blocks().begin(), table.blocks().end(), m.block_tables.begin() + int64_t(i) * m.max_blocks_per_seq);
   }
   return b;
+}
+
+bool LLMEngine::update_text(Request& r, int32_t token, RequestOutput& out) {
+  const size_t searched_from = r.text.size();
+  r.text += r.detokenizer->step(token);
+  size_t longest_stop = 0;
+  for (const auto& stop : r.stop) {
+    longest_stop = std::max(longest_stop, stop.size());
+    // Only a match that ends in the new text is new; start early enough to catch one that straddles.
+    const size_t from = searched_from >= stop.size() - 1 ? searched_from - (stop.size() - 1) : 0;
+    const size_t at = r.text.find(stop, from);
+    if (at != std::string::npos) {
+      r.text.resize(at);
+      return true;
+    }
+  }
+  // Hold back the last longest_stop - 1 bytes: they may be the start of a stop string.
+  const size_t safe = r.text.size() >= longest_stop ? r.text.size() - (longest_stop ? longest_stop - 1 : 0) : 0;
+  if (safe > r.n_text_emitted) {
+    out.new_text = r.text.substr(r.n_text_emitted, safe - r.n_text_emitted);
+    r.n_text_emitted = safe;
+  }
+  return false;
 }
 
 std::vector<RequestOutput> LLMEngine::step() {
@@ -123,6 +153,7 @@ std::vector<RequestOutput> LLMEngine::step() {
       out.new_tokens = {sample.token};
       if (r.params.logprobs) out.new_samples.push_back(std::move(sample));
       r.finish_reason = finish_reason_after(r.params, r.output.back(), int64_t(r.output.size()), eos32);
+      if (r.detokenizer && update_text(r, r.output.back(), out)) r.finish_reason = FinishReason::Stop;
       if (r.finish_reason != FinishReason::None) {
         r.status = RequestStatus::Finished;
         r.finish_time = now;
@@ -142,6 +173,12 @@ std::vector<RequestOutput> LLMEngine::step() {
     it->finished = true;
     it->finish_reason = r->finish_reason_name();
     it->output_tokens = r->output;
+    if (r->detokenizer && !r->aborted) {  // the held-back tail is final now
+      if (r->finish_reason != FinishReason::Stop) r->text += r->detokenizer->finish();
+      it->new_text += r->text.substr(r->n_text_emitted);
+      r->n_text_emitted = r->text.size();
+    }
+    it->text = r->text;
     it->n_prompt_tokens = int64_t(r->prompt.size());
     it->n_cached_tokens = r->n_cached_tokens;
     it->n_preemptions = r->n_preemptions;

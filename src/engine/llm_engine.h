@@ -14,6 +14,7 @@
 #include "engine/scheduler.h"
 #include "model/causal_lm.h"
 #include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 namespace latentserve {
 
@@ -29,20 +30,24 @@ struct RequestOutput {
   std::string id;
   std::vector<int32_t> new_tokens;      // produced by this step
   std::vector<SampleResult> new_samples;  // with logprobs, when asked for
+  std::string new_text;                 // text that became final (held back while a stop string may match)
   bool finished = false;
   // When finished:
   std::string finish_reason;            // stop | length | abort
   std::vector<int32_t> output_tokens;
+  std::string text;                     // the whole output text (without the stop string), with a tokenizer
   int64_t n_prompt_tokens = 0, n_cached_tokens = 0, n_preemptions = 0;
   double ttft_ms = 0, tpot_ms = 0;
 };
 
 class LLMEngine {
  public:
-  LLMEngine(CausalLM& model, EngineConfig config, ThreadPool& pool);
+  // With a tokenizer the engine also detokenizes and honours stop strings.
+  LLMEngine(CausalLM& model, EngineConfig config, ThreadPool& pool, const tokenizer::Tokenizer* tokenizer = nullptr);
 
   // Validates (Error naming the parameter) and queues. Ids must be unique among live requests.
-  void add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params);
+  void add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params,
+                   std::vector<std::string> stop = {});
   bool abort(const std::string& id);
   std::vector<RequestOutput> step();
   bool has_unfinished() const { return scheduler_.has_unfinished(); }
@@ -53,8 +58,11 @@ class LLMEngine {
 
  private:
   ForwardBatch build_batch(const StepPlan& plan) const;
+  // Appends the token's text; true when a stop string ended the request.
+  bool update_text(Request& r, int32_t token, RequestOutput& out);
 
   CausalLM& model_;
+  const tokenizer::Tokenizer* tokenizer_;
   ThreadPool& pool_;
   KvCacheManager kv_;
   cpu::CpuKvCache kv_memory_;

@@ -1,12 +1,14 @@
 #pragma once
 // Request: one prompt the engine serves, its generated tokens and its life cycle.
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "sampling/sampler.h"
+#include "tokenizer/incremental_detokenizer.h"
 #include "sampling/sampling_params.h"
 
 namespace latentserve {
@@ -32,7 +34,12 @@ struct Request {
   int64_t n_preemptions = 0;
   bool admitted_before = false;
 
-  SamplerRng rng;  // per request: the same seed gives the same tokens whatever the batch
+  SamplerRng rng;
+  // Text, when the engine has a tokenizer: stop strings end the request and are cut.
+  std::vector<std::string> stop;
+  std::unique_ptr<tokenizer::IncrementalDetokenizer> detokenizer;
+  std::string text;              // final text so far (stop string excluded)
+  size_t n_text_emitted = 0;     // bytes of `text` already reported (the rest is held back)  // per request: the same seed gives the same tokens whatever the batch
 
   Clock::time_point arrival_time;
   std::optional<Clock::time_point> first_token_time;

@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu_kv_cache.h"
 #include "backend/reference/kv_quant_reference.h"
 #include "core/error.h"
+#include "core/fp8.h"
 
 namespace latentserve {
 namespace {
@@ -113,6 +114,31 @@ TEST(KvQuant, E4M3RoundTripOfRandomDataStaysWithinTheFormatError) {
       EXPECT_GT(cache.stats().rescaled_block_groups, 0) << "growing magnitudes should re-scale some blocks";
     } else {
       EXPECT_GT(cache.stats().saturated_elements, 0) << "values 64x the first chunk's should saturate a static scale";
+    }
+  }
+}
+
+// dequantize_row's e4m3 decoding (bit arithmetic, vectorised) against core/fp8 for every code,
+// at the smallest, a middle and the largest scale.
+TEST(KvQuant, EveryE4M3CodeDecodesLikeCoreFp8) {
+  std::vector<unsigned char> codes(256);
+  std::iota(codes.begin(), codes.end(), 0);
+  for (float scale : {std::ldexp(1.0f, cpu::kFp8MinScaleExp), 1.0f, std::ldexp(1.0f, cpu::kFp8MaxScaleExp)}) {
+    KvRows rows;
+    rows.data = codes.data();
+    rows.row_bytes = rows.row_elements = rows.fp8_elements = rows.scale_group_elements = 256;
+    rows.block_size_tokens = 16;
+    rows.dtype = DType::F8_E4M3;
+    rows.scales = &scale;
+    std::vector<float> out(256);
+    cpu::dequantize_row(rows, 0, 0, 256, out.data());
+    for (int c = 0; c < 256; ++c) {
+      const float want = fp8_e4m3_to_f32(uint8_t(c)) * scale;
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(out[size_t(c)])) << "code " << c;
+      } else {
+        EXPECT_EQ(out[size_t(c)], want) << "code " << c << " scale " << scale;
+      }
     }
   }
 }

@@ -19,6 +19,22 @@ const std::array<float, 256> kFp8Table = [] {
   return t;
 }();
 
+// out[i] = e4m3(codes[i]) * scale, i < n, without a table and in a form gcc vectorises: the
+// sign goes to bit 31, exponent and mantissa to f32 bits 20..26, and the factor 2^(127 - 7)
+// = 2^120 rebiases the exponent. Subnormal codes land on f32 subnormals (mantissa * 2^-126 / 8)
+// which the same factor turns into mantissa * 2^-9, as e4m3 has them. The NaN codes (S.1111.111)
+// get all-ones exponent bits and a non-zero mantissa: NaN. Both products are exact.
+void decode_e4m3(const unsigned char* __restrict codes, int64_t n, float scale, float* __restrict out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t c = codes[i];
+    const uint32_t nan_bits = (c & 0x7fu) == 0x7fu ? 0x7fc00000u : 0u;
+    const uint32_t bits = ((c & 0x80u) << 24) | ((c & 0x7fu) << 20) | nan_bits;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    out[i] = f * 0x1p120f * scale;
+  }
+}
+
 inline uint16_t load_u16(const unsigned char* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -61,12 +77,11 @@ void dequantize_row(const KvRows& rows, int64_t slot, int64_t begin, int64_t n, 
     case DType::F8_E4M3: {
       const int64_t end = begin + n, fp8_end = std::min(end, rows.fp8_elements);
       const int64_t block = slot / rows.block_size_tokens, ge = rows.scale_group_elements;
-      const float* table = kFp8Table.data();
-      // the fp8 part, one scale group at a time: out = table[code] * scale
+      // the fp8 part, one scale group at a time: out = e4m3(code) * scale (both exact products)
       for (int64_t i = begin; i < fp8_end;) {
         const int64_t group = i / ge, group_end = std::min(fp8_end, (group + 1) * ge);
-        const float s = rows.scale(block, group);
-        for (; i < group_end; ++i) out[i - begin] = table[row[i]] * s;
+        decode_e4m3(row + i, group_end - i, rows.scale(block, group), out + (i - begin));
+        i = group_end;
       }
       // the bf16 tail (MLA k_pe)
       const unsigned char* tail = row + rows.fp8_elements;
