@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -65,29 +66,56 @@ AttentionMetadata one_sequence(int64_t seq_len, int64_t n_new, int64_t block_siz
 }
 
 struct Timing {
-  double median_ms = 0;
+  double median_ms = 0;      // wall time
+  double median_cpu_ms = 0;  // process CPU time (all threads): less sensitive to other load on the machine
   int reps = 0;
 };
 
-// Median of runs until `budget_s` has passed (at least min_reps, at most max_reps); one untimed
-// warm-up first when a run is short.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+// Median of timed runs until `budget_s` has passed (at least min_reps, at most max_reps).
 template <typename Fn>
 Timing time_runs(Fn&& fn, double budget_s, int min_reps, int max_reps) {
+  std::vector<double> t, cpu;
   auto once = [&] {
     const auto t0 = Clock::now();
+    const double c0 = process_cpu_seconds();
     fn();
-    return std::chrono::duration<double>(Clock::now() - t0).count();
+    cpu.push_back(process_cpu_seconds() - c0);
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    return t.back();
   };
-  std::vector<double> t;
-  const double first = once();
-  if (first >= 1.0) t.push_back(first);  // a long run is measured as it is; a short first one only warms up
-  double spent = first;
-  while ((int(t.size()) < min_reps || spent < budget_s) && int(t.size()) < max_reps) {
-    t.push_back(once());
-    spent += t.back();
+  // Warm-up: a run under 2 s is repeated (untimed) until two in a row agree within 25% (oneDNN
+  // creates its primitives and scratch on the first calls of a shape), at most 4 times. A longer
+  // first run is measured as it is: the one-time cost is small beside it.
+  double prev = once(), spent = 0;
+  if (prev < 2.0) {
+    for (int w = 0; w < 4; ++w) {
+      const double cur = once();
+      const bool stable = cur < 1.25 * prev && prev < 1.25 * cur;
+      prev = cur;
+      if (stable) break;
+    }
+    t.clear();
+    cpu.clear();
+  } else {
+    spent = prev;
   }
+  while ((int(t.size()) < min_reps || spent < budget_s) && int(t.size()) < max_reps) spent += once();
   std::sort(t.begin(), t.end());
-  return {t[t.size() / 2] * 1e3, int(t.size())};
+  std::sort(cpu.begin(), cpu.end());
+  return {t[t.size() / 2] * 1e3, cpu[cpu.size() / 2] * 1e3, int(t.size())};
 }
 
 }  // namespace
@@ -118,8 +146,10 @@ int main(int argc, char** argv) {
              nh, r, dn, dr, dv);
   fmt::print("  CPU {}, {} threads; kv_b_proj bf16, latent cache f32 ({} B/token), block size {}\n", cpu,
              pool.n_threads(), row * 4, block);
+  const std::string load_before = load_average();
   const double read_gb_s = measure_read_bandwidth_gb_per_s(pool);
-  fmt::print("  measured read bandwidth {:.2f} GB/s\n\n", read_gb_s);
+  fmt::print("  measured read bandwidth {:.2f} GB/s; load average at start {}\n", read_gb_s, load_before);
+  fmt::print("  (times are wall-clock medians; 'cpu' is the process CPU time per run, all threads)\n\n");
 
   // kv_b_proj [nh (dn + dv), r] in bf16, values ~ U(-1/sqrt(r), 1/sqrt(r)).
   std::vector<uint16_t> kv_b(size_t(nh * (dn + dv) * r));
@@ -153,8 +183,9 @@ int main(int argc, char** argv) {
 
   // ---- decode ----
   fmt::print("decode, batch 1: one query over L cached tokens (median step time)\n");
-  fmt::print("  {:>6} | {:>10} {:>12} {:>9} {:>8} {:>7} | {:>10} {:>11} {:>9} {:>8} | {:>7}\n", "L", "absorbed ms",
-             "latent MB", "GB/s", "%bw", "GFLOP/s", "naive ms", "materialise", "GFLOP/s", "reps", "speedup");
+  fmt::print("  {:>6} | {:>11} {:>8} {:>10} {:>7} {:>7} {:>7} | {:>10} {:>8} {:>11} {:>7} {:>7} | {:>7}\n", "L",
+             "absorbed ms", "cpu ms", "latent MB", "GB/s", "%bw", "GFLOP/s", "naive ms", "cpu ms", "materialise",
+             "GFLOP/s", "reps", "speedup");
   nlohmann::json decode_rows = nlohmann::json::array();
   double last_naive_ms = 0;
   int64_t last_naive_L = 0;
@@ -167,7 +198,8 @@ int main(int argc, char** argv) {
     const double ab_gb_s = ab_bytes / (ab.median_ms * 1e-3) / 1e9;
     const double ab_gflop_s = flops_absorbed(1, double(L)) / (ab.median_ms * 1e-3) / 1e9;
     nlohmann::json jr = {{"context_tokens", L}, {"latent_bytes_read", latent_bytes},
-                         {"absorbed", {{"ms", ab.median_ms}, {"reps", ab.reps}, {"bytes_read", ab_bytes},
+                         {"absorbed", {{"ms", ab.median_ms}, {"cpu_ms", ab.median_cpu_ms}, {"reps", ab.reps},
+                                       {"bytes_read", ab_bytes},
                                        {"gb_s", ab_gb_s}, {"fraction_of_bandwidth", ab_gb_s / read_gb_s},
                                        {"latent_gb_s", latent_bytes / (ab.median_ms * 1e-3) / 1e9},
                                        {"flops", flops_absorbed(1, double(L))}, {"gflop_s", ab_gflop_s}}}};
@@ -177,23 +209,25 @@ int main(int argc, char** argv) {
       const Timing nv = time_runs([&] { mla.forward(MlaPath::Naive, q.data(), meta, latent.data(), out.data(), pool); },
                                   budget_s / 2, 1, 5);
       const double nv_gflop_s = flops_naive(double(L), double(L)) / (nv.median_ms * 1e-3) / 1e9;
-      jr["naive"] = {{"ms", nv.median_ms}, {"reps", nv.reps}, {"bytes_read", latent_bytes + kv_b_bytes},
+      jr["naive"] = {{"ms", nv.median_ms}, {"cpu_ms", nv.median_cpu_ms}, {"reps", nv.reps},
+                     {"bytes_read", latent_bytes + kv_b_bytes},
                      {"materialised_bytes", materialised}, {"flops", flops_naive(double(L), double(L))},
                      {"gflop_s", nv_gflop_s}};
       jr["naive_over_absorbed"] = nv.median_ms / ab.median_ms;
       last_naive_ms = nv.median_ms;
       last_naive_L = L;
-      naive_text = fmt::format("{:>10.1f} {:>9.0f}MB {:>9.1f} {:>8} | {:>6.1f}x", nv.median_ms, materialised / 1e6,
-                               nv_gflop_s, nv.reps, nv.median_ms / ab.median_ms);
+      naive_text = fmt::format("{:>10.1f} {:>8.1f} {:>9.0f}MB {:>7.1f} {:>7} | {:>6.1f}x", nv.median_ms,
+                               nv.median_cpu_ms, materialised / 1e6, nv_gflop_s, nv.reps, nv.median_ms / ab.median_ms);
     } else {
       jr["naive"] = nullptr;
       // Linear in L (the materialisation dominates): an estimate from the largest measured context.
       const std::string est = last_naive_ms > 0 ? fmt::format("~{:.0f}", last_naive_ms * double(L) / double(last_naive_L)) : "";
       if (last_naive_ms > 0) jr["naive_estimated_ms"] = last_naive_ms * double(L) / double(last_naive_L);
-      naive_text = fmt::format("{:>10} {:>9.0f}MB {:>9} {:>8} | {:>7}", est + " est", materialised / 1e6, "", "skipped", "");
+      naive_text = fmt::format("{:>10} {:>8} {:>9.0f}MB {:>7} {:>7} | {:>7}", est + " est", "", materialised / 1e6, "",
+                               "skipped", "");
     }
-    fmt::print("  {:>6} | {:>10.2f} {:>12.1f} {:>9.2f} {:>7.1f}% {:>7.1f} | {}\n", L, ab.median_ms, latent_bytes / 1e6,
-               ab_gb_s, 100 * ab_gb_s / read_gb_s, ab_gflop_s, naive_text);
+    fmt::print("  {:>6} | {:>11.2f} {:>8.2f} {:>10.1f} {:>7.2f} {:>6.1f}% {:>7.1f} | {}\n", L, ab.median_ms,
+               ab.median_cpu_ms, latent_bytes / 1e6, ab_gb_s, 100 * ab_gb_s / read_gb_s, ab_gflop_s, naive_text);
     decode_rows.push_back(jr);
   }
   if (naive_max_context < contexts.back())
@@ -207,8 +241,8 @@ int main(int argc, char** argv) {
 
   // ---- prefill ----
   fmt::print("prefill: one sequence of T tokens, causal (median time)\n");
-  fmt::print("  {:>6} | {:>11} {:>8} | {:>11} {:>8} | {:>9}\n", "T", "absorbed ms", "GFLOP/s", "naive ms", "GFLOP/s",
-             "faster");
+  fmt::print("  {:>6} | {:>11} {:>9} {:>8} | {:>11} {:>9} {:>8} | {:>12}\n", "T", "absorbed ms", "cpu ms", "GFLOP/s",
+             "naive ms", "cpu ms", "GFLOP/s", "faster");
   nlohmann::json prefill_rows = nlohmann::json::array();
   std::vector<std::pair<int64_t, bool>> absorbed_wins;
   for (int64_t T = 16; T <= max_prefill; T *= 2) {
@@ -222,11 +256,13 @@ int main(int argc, char** argv) {
     const double fn = flops_naive(double(T), ctx_sum) / (nv.median_ms * 1e-3) / 1e9;
     const bool absorbed_faster = ab.median_ms < nv.median_ms;
     absorbed_wins.push_back({T, absorbed_faster});
-    fmt::print("  {:>6} | {:>11.2f} {:>8.1f} | {:>11.2f} {:>8.1f} | {:>9}\n", T, ab.median_ms, fa, nv.median_ms, fn,
+    fmt::print("  {:>6} | {:>11.2f} {:>9.2f} {:>8.1f} | {:>11.2f} {:>9.2f} {:>8.1f} | {:>12}\n", T, ab.median_ms,
+               ab.median_cpu_ms, fa, nv.median_ms, nv.median_cpu_ms, fn,
                absorbed_faster ? fmt::format("abs {:.2f}x", nv.median_ms / ab.median_ms)
                                : fmt::format("naive {:.2f}x", ab.median_ms / nv.median_ms));
-    prefill_rows.push_back({{"tokens", T}, {"absorbed_ms", ab.median_ms}, {"absorbed_reps", ab.reps},
-                            {"absorbed_gflop_s", fa}, {"naive_ms", nv.median_ms}, {"naive_reps", nv.reps},
+    prefill_rows.push_back({{"tokens", T}, {"absorbed_ms", ab.median_ms}, {"absorbed_cpu_ms", ab.median_cpu_ms},
+                            {"absorbed_reps", ab.reps}, {"absorbed_gflop_s", fa}, {"naive_ms", nv.median_ms},
+                            {"naive_cpu_ms", nv.median_cpu_ms}, {"naive_reps", nv.reps},
                             {"naive_gflop_s", fn}, {"faster", absorbed_faster ? "absorbed" : "naive"}});
   }
   // Crossover: the first length from which one path stays faster to the end of the sweep.
@@ -273,8 +309,9 @@ int main(int argc, char** argv) {
                       {"kv_b_proj_dtype", "bf16"}, {"latent_cache_dtype", "f32"}, {"block_size", block},
                       {"read_bandwidth_gb_s", read_gb_s}, {"decode", decode_rows}, {"prefill", prefill_rows},
                       {"prefill_crossover", crossover_json}, {"prefill_crossover_text", crossover},
-                      {"kv_bytes_per_token", kv_rows}, {"seconds", total_s}};
+                      {"kv_bytes_per_token", kv_rows}, {"seconds", total_s},
+                      {"load_average_start", load_before}, {"load_average_end", load_average()}};
   std::ofstream(json_path) << j.dump(2) << "\n";
-  fmt::print("\n  wrote {} ({:.0f} s)\n", json_path, total_s);
+  fmt::print("\n  wrote {} ({:.0f} s; load average at the end {})\n", json_path, total_s, load_average());
   return 0;
 }

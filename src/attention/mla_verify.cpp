@@ -625,6 +625,9 @@ MlaCheckSummary summarize(const KvFootprintResult& r) {
   s.figure = fmt::format("MLA {} B/token/layer (bf16), saving {:.2f}% vs MHA", thousands(mla.bytes_per_token),
                          r.saving_vs_mha_percent);
   if (r.saving_vs_gqa8_percent) s.figure += fmt::format(", {:.2f}% vs GQA-8", *r.saving_vs_gqa8_percent);
+  s.figure += fmt::format("; {}K context per layer: MHA {:g} MiB, MLA {:g} MiB", r.context_tokens / 1024,
+                          double(r.rows.front().cache_bytes_at_context) / (1024.0 * 1024.0),
+                          double(mla.cache_bytes_at_context) / (1024.0 * 1024.0));
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& row : r.rows) {
     const double bytes = double(row.cache_bytes_at_context);

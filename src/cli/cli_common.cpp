@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "tokenizer/tokenizer.h"
 
 namespace latentserve::cli {
 
@@ -25,6 +26,17 @@ latentserve::ModelOptions ModelArgs::model_options() const {
   else
     fail("--attention: expected naive or absorbed, found '{}'", attention);
   return o;
+}
+
+void PromptArgs::add_to(CLI::App* cmd) {
+  cmd->add_option("--tokens", tokens, "comma-separated prompt token ids");
+  cmd->add_option("--prompt", prompt, "prompt text, encoded with the model's tokenizer.json");
+}
+
+std::vector<int32_t> PromptArgs::ids(const std::string& model_dir) const {
+  if (tokens.empty() == prompt.empty()) fail("give exactly one of --tokens and --prompt");
+  if (!tokens.empty()) return parse_token_list(tokens, "--tokens");
+  return tokenizer::Tokenizer::from_file(model_dir + "/tokenizer.json").encode(prompt);
 }
 
 std::vector<int32_t> parse_token_list(const std::string& text, const std::string& flag) {

@@ -31,6 +31,16 @@ struct ModelArgs {
   latentserve::ModelOptions model_options() const;  // validates --attention
 };
 
+// The prompt of logits / generate: --tokens IDS or --prompt TEXT (encoded with the
+// checkpoint's tokenizer.json), exactly one of them.
+struct PromptArgs {
+  std::string tokens;
+  std::string prompt;
+
+  void add_to(CLI::App* cmd);
+  std::vector<int32_t> ids(const std::string& model_dir) const;
+};
+
 // "1,17,250" -> {1, 17, 250}; an entry that is not an integer is an Error naming it.
 std::vector<int32_t> parse_token_list(const std::string& text, const std::string& flag);
 

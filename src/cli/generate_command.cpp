@@ -5,24 +5,28 @@
 
 #include "cli/commands.h"
 #include "model/architectures.h"
+#include "tokenizer/tokenizer.h"
 
 namespace latentserve::cli {
 
 namespace {
 struct GenerateArgs {
   ModelArgs model;
-  std::string tokens;
+  PromptArgs prompt;
   int64_t max_tokens = 16;
   bool ignore_eos = false;
 };
 
 int run_generate(const GenerateArgs& a) {
-  auto tokens = parse_token_list(a.tokens, "--tokens");
+  auto tokens = a.prompt.ids(a.model.model_dir);
   ThreadPool pool(a.model.threads);
   auto model = load_causal_lm(a.model.model_dir, pool, a.model.model_options());
   OfflineRunner runner(*model, a.model.runner_options(), pool);
   auto results = runner.run({{tokens, a.max_tokens, !a.ignore_eos}}, false);
-  std::cout << nlohmann::json{{"tokens", results[0].generated}}.dump() << "\n";
+  nlohmann::json out = {{"tokens", results[0].generated}};
+  if (!a.prompt.prompt.empty())  // text in, text out
+    out["text"] = tokenizer::Tokenizer::from_file(a.model.model_dir + "/tokenizer.json").decode(results[0].generated, true);
+  std::cout << out.dump() << "\n";
   return 0;
 }
 }  // namespace
@@ -31,7 +35,7 @@ Command add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   auto* cmd = app.add_subcommand("generate", "greedy continuation as JSON {\"tokens\": [...]}");
   args->model.add_to(cmd);
-  cmd->add_option("--tokens", args->tokens, "comma-separated prompt token ids")->required();
+  args->prompt.add_to(cmd);
   cmd->add_option("--max-tokens", args->max_tokens, "tokens to generate");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating after an end-of-sequence token");
   return {cmd, [args] { return run_generate(*args); }};

@@ -11,11 +11,11 @@ namespace latentserve::cli {
 namespace {
 struct LogitsArgs {
   ModelArgs model;
-  std::string tokens;
+  PromptArgs prompt;
 };
 
 int run_logits(const LogitsArgs& a) {
-  auto tokens = parse_token_list(a.tokens, "--tokens");
+  auto tokens = a.prompt.ids(a.model.model_dir);
   ThreadPool pool(a.model.threads);
   auto model = load_causal_lm(a.model.model_dir, pool, a.model.model_options());
   OfflineRunner runner(*model, a.model.runner_options(), pool);
@@ -42,7 +42,7 @@ Command add_logits_command(CLI::App& app) {
   auto args = std::make_shared<LogitsArgs>();
   auto* cmd = app.add_subcommand("logits", "print f32 logits for every input position as JSON");
   args->model.add_to(cmd);
-  cmd->add_option("--tokens", args->tokens, "comma-separated token ids")->required();
+  args->prompt.add_to(cmd);
   return {cmd, [args] { return run_logits(*args); }};
 }
 

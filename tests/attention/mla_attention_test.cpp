@@ -77,47 +77,47 @@ void check_mla(const MlaShape& s, const Batch& b, int64_t block_size, uint32_t s
   fill(q);
 
   // f64 reference: K_h = [W_UK[h] c | k_pe], V_h = W_UV[h] c.
-  auto reference_on = [&](const std::vector<float>& latent) {
-  std::vector<double> expected(static_cast<size_t>(n_tokens * nh * dv));
-  for (size_t i = 0; i < b.seqs.size(); ++i) {
-    auto [len, n_new] = b.seqs[i];
-    auto row_of = [&](int64_t pos) {
-      return &latent[size_t((int64_t(meta.block_tables[i * size_t(meta.max_blocks_per_seq) + size_t(pos / block_size)]) *
-                                 block_size + pos % block_size) * row)];
-    };
-    for (int64_t j = 0; j < n_new; ++j) {
-      const int64_t t = meta.query_start_loc[i] + j, pos = len - n_new + j;
-      for (int64_t h = 0; h < nh; ++h) {
-        const float* qh = &q[size_t((t * nh + h) * dq)];
-        std::vector<double> w(static_cast<size_t>(pos + 1));
-        double max_w = -INFINITY;
-        for (int64_t u = 0; u <= pos; ++u) {
-          const float* lat = row_of(u);
-          double score = 0;
-          for (int64_t d = 0; d < dn; ++d) {
-            double k = 0;
-            for (int64_t c = 0; c < r; ++c) k += double(kv_b[size_t((h * (dn + dv) + d) * r + c)]) * lat[c];
-            score += double(qh[d]) * k;
-          }
-          for (int64_t d = 0; d < dr; ++d) score += double(qh[dn + d]) * lat[r + d];
-          w[size_t(u)] = score * scale;
-          max_w = std::max(max_w, w[size_t(u)]);
-        }
-        double total = 0;
-        for (auto& x : w) total += (x = std::exp(x - max_w));
-        for (int64_t d = 0; d < dv; ++d) {
-          double o = 0;
+  auto reference_on = [&](const std::vector<float>& lat) {
+    std::vector<double> expected(static_cast<size_t>(n_tokens * nh * dv));
+    for (size_t i = 0; i < b.seqs.size(); ++i) {
+      auto [len, n_new] = b.seqs[i];
+      auto row_of = [&](int64_t pos) {
+        return &lat[size_t((int64_t(meta.block_tables[i * size_t(meta.max_blocks_per_seq) + size_t(pos / block_size)]) *
+                                   block_size + pos % block_size) * row)];
+      };
+      for (int64_t j = 0; j < n_new; ++j) {
+        const int64_t t = meta.query_start_loc[i] + j, pos = len - n_new + j;
+        for (int64_t h = 0; h < nh; ++h) {
+          const float* qh = &q[size_t((t * nh + h) * dq)];
+          std::vector<double> w(static_cast<size_t>(pos + 1));
+          double max_w = -INFINITY;
           for (int64_t u = 0; u <= pos; ++u) {
-            double v = 0;
-            for (int64_t c = 0; c < r; ++c) v += double(kv_b[size_t((h * (dn + dv) + dn + d) * r + c)]) * row_of(u)[c];
-            o += w[size_t(u)] * v;
+            const float* lat = row_of(u);
+            double score = 0;
+            for (int64_t d = 0; d < dn; ++d) {
+              double k = 0;
+              for (int64_t c = 0; c < r; ++c) k += double(kv_b[size_t((h * (dn + dv) + d) * r + c)]) * lat[c];
+              score += double(qh[d]) * k;
+            }
+            for (int64_t d = 0; d < dr; ++d) score += double(qh[dn + d]) * lat[r + d];
+            w[size_t(u)] = score * scale;
+            max_w = std::max(max_w, w[size_t(u)]);
           }
-          expected[size_t((t * nh + h) * dv + d)] = o / total;
+          double total = 0;
+          for (auto& x : w) total += (x = std::exp(x - max_w));
+          for (int64_t d = 0; d < dv; ++d) {
+            double o = 0;
+            for (int64_t u = 0; u <= pos; ++u) {
+              double v = 0;
+              for (int64_t c = 0; c < r; ++c) v += double(kv_b[size_t((h * (dn + dv) + dn + d) * r + c)]) * row_of(u)[c];
+              o += w[size_t(u)] * v;
+            }
+            expected[size_t((t * nh + h) * dv + d)] = o / total;
+          }
         }
       }
     }
-  }
-  return expected;
+    return expected;
   };
   const std::vector<double> expected = reference_on(latent_hat), expected_original = reference_on(latent);
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/byte_level_tokenizer.h"
 #include "common/tolerance.h"
 
 namespace {
@@ -69,6 +70,26 @@ TEST(Cli, GenerateMatchesTheGreedyContinuation) {
                    std::to_string(greedy.size()) + " --tokens " + join(prompt));
   ASSERT_EQ(out.exit_code, 0) << out.text;
   EXPECT_EQ(nlohmann::json::parse(out.text)["tokens"].get<std::vector<int>>(), greedy);
+}
+
+// --prompt TEXT goes through the checkpoint's tokenizer.json (a byte-level one here,
+// so each byte is one id) and gives what --tokens gives for the same ids.
+TEST(Cli, PromptTextEqualsTheSameTokenIds) {
+  const fs::path dir = fs::temp_directory_path() / ("latentserve_cli_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(kFixture / f, dir / f);
+  std::ofstream(dir / "tokenizer.json") << latentserve::testing::byte_level_tokenizer_json().dump();
+  Output by_text = run("generate --model " + dir.string() + " --prompt 'Hi!' --max-tokens 4 --ignore-eos");
+  Output by_ids = run("generate --model " + dir.string() + " --tokens 72,105,33 --max-tokens 4 --ignore-eos");
+  ASSERT_EQ(by_text.exit_code, 0) << by_text.text;
+  ASSERT_EQ(by_ids.exit_code, 0) << by_ids.text;
+  auto a = nlohmann::json::parse(by_text.text), b = nlohmann::json::parse(by_ids.text);
+  EXPECT_EQ(a["tokens"], b["tokens"]);
+  EXPECT_TRUE(a.contains("text"));
+  Output both = run("generate --model " + dir.string() + " --prompt x --tokens 1");
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.text.find("--prompt"), std::string::npos) << both.text;
+  fs::remove_all(dir);
 }
 
 TEST(Cli, BadInputNamesWhatWasWrong) {

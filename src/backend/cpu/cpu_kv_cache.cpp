@@ -130,6 +130,7 @@ float* CpuKvCache::v(int64_t layer) {
 void CpuKvCache::write(int64_t layer, const float* k, int64_t k_token_stride, const float* v, int64_t v_token_stride,
                        const int64_t* slot_mapping, int64_t n_tokens) {
   assert(layer >= 0 && layer < n_layer_);
+  assert(v != nullptr || v_.row_elements == 0);
   write_side(k_, layer, k, k_token_stride, slot_mapping, n_tokens);
   if (v_.row_elements > 0) write_side(v_, layer, v, v_token_stride, slot_mapping, n_tokens);
 }

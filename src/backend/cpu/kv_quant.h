@@ -51,9 +51,11 @@ struct KvRows {
 // Bytes of one row of `row_elements` in `dtype` (fp8_elements of them e4m3 when F8_E4M3).
 int64_t kv_row_bytes(DType dtype, int64_t row_elements, int64_t fp8_elements);
 
-// out[i] = f32 value of element begin + i of slot `slot`'s row, i < n. This is the only way
-// a quantised row is read: the attention kernel calls it per tile into a small buffer.
-void dequantize_row(const KvRows& rows, int64_t slot, int64_t begin, int64_t n, float* out);
+// out[j * n + i] = f32 value of element begin + i of slot (slot0 + j)'s row, i < n, j < n_rows.
+// This is how quantised rows are read: the attention kernel calls it per tile (the rows of one
+// KV block) into a small per-thread buffer.
+void dequantize_rows(const KvRows& rows, int64_t slot0, int64_t n_rows, int64_t begin, int64_t n, float* out);
+void dequantize_row(const KvRows& rows, int64_t slot, int64_t begin, int64_t n, float* out);  // n_rows = 1
 
 // e4m3 code -> f32 (the 256-entry table; NaN codes decode to NaN).
 const float* fp8_e4m3_table();

@@ -46,7 +46,7 @@ inline const float* load_rows(const KvRows& rows, int64_t slot0, int64_t n, int6
     *stride = rows.row_elements;
     return static_cast<const float*>(rows.data) + slot0 * rows.row_elements + begin;
   }
-  for (int64_t j = 0; j < n; ++j) dequantize_row(rows, slot0 + j, begin, width, &tile[size_t(j * width)]);
+  dequantize_rows(rows, slot0, n, begin, width, tile.data());
   *stride = width;
   return tile.data();
 }
