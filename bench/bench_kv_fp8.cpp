@@ -45,13 +45,16 @@ struct Format {
 
 std::vector<Format> formats(bool mla) {
   std::vector<Format> f = {{"f32", {}}, {"bf16", {DType::BF16}}};
-  for (auto g : {cpu::KvScaleGranularity::PerTensor, cpu::KvScaleGranularity::PerHead, cpu::KvScaleGranularity::PerBlock})
+  for (auto g :
+       {cpu::KvScaleGranularity::PerTensor, cpu::KvScaleGranularity::PerHead, cpu::KvScaleGranularity::PerBlock})
     for (bool rope_bf16 : mla ? std::vector<bool>{true, false} : std::vector<bool>{true}) {
       cpu::KvCacheOptions o;
       o.dtype = DType::F8_E4M3;
       o.scale = g;
       o.mla_rope_bf16 = rope_bf16;
-      f.push_back({"fp8 " + std::string(cpu::kv_scale_granularity_name(g)) + (mla ? (rope_bf16 ? " rope-bf16" : " rope-fp8") : ""), o});
+      f.push_back({"fp8 " + std::string(cpu::kv_scale_granularity_name(g)) +
+                       (mla ? (rope_bf16 ? " rope-bf16" : " rope-fp8") : ""),
+                   o});
     }
   if (mla) {
     Format naive = f.back();
@@ -181,7 +184,8 @@ nlohmann::json accuracy(const fs::path& dir, ThreadPool& pool, std::vector<Row>*
   const int64_t vocab = model->vocab_size();
   std::vector<PromptRun> f32_runs, bf16_runs;
   for (const auto& p : prompts) f32_runs.push_back(run_prompt(*model, {}, p, {}));
-  for (size_t i = 0; i < prompts.size(); ++i) bf16_runs.push_back(run_prompt(*model, {DType::BF16}, prompts[i], f32_runs[i].greedy));
+  for (size_t i = 0; i < prompts.size(); ++i)
+    bf16_runs.push_back(run_prompt(*model, {DType::BF16}, prompts[i], f32_runs[i].greedy));
 
   std::vector<Row> rows;
   for (const Format& f : formats(mla)) {
@@ -190,13 +194,14 @@ nlohmann::json accuracy(const fs::path& dir, ThreadPool& pool, std::vector<Row>*
     row.name = f.name;
     for (size_t i = 0; i < prompts.size(); ++i) {
       const PromptRun r = f.kv.dtype == DType::F32 && f.mla_path == MlaPath::Absorbed ? f32_runs[i]
-                          : f.kv.dtype == DType::BF16                                  ? bf16_runs[i]
-                                                                                       : run_prompt(m, f.kv, prompts[i], f32_runs[i].greedy);
+                          : f.kv.dtype == DType::BF16                                 ? bf16_runs[i]
+                                                      : run_prompt(m, f.kv, prompts[i], f32_runs[i].greedy);
       const PromptRun& ref = f32_runs[i];
       for (size_t j = 0; j < r.logits.size(); ++j) {
         if (j % size_t(vocab) == 0) row.position_max_vs_f32.push_back(0.0);
         row.nan |= !std::isfinite(r.logits[j]);
-        const double d32 = std::fabs(double(r.logits[j]) - ref.logits[j]), d16 = std::fabs(double(r.logits[j]) - bf16_runs[i].logits[j]);
+        const double d32 = std::fabs(double(r.logits[j]) - ref.logits[j]),
+                     d16 = std::fabs(double(r.logits[j]) - bf16_runs[i].logits[j]);
         row.position_max_vs_f32.back() = std::max(row.position_max_vs_f32.back(), d32);
         row.max_vs_f32 = std::max(row.max_vs_f32, d32);
         row.sum_vs_f32 += d32;
@@ -226,8 +231,8 @@ nlohmann::json accuracy(const fs::path& dir, ThreadPool& pool, std::vector<Row>*
                  : fmt::format("{} KV heads x {}", c.n_head_kv, c.head_dim),
              prompts.size(), lens, kGenerated, mla ? 64 : 16);
   fmt::print("  {:<30} {:>7} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9} {:>11} {:>13} {:>9} {:>8}\n", "KV format", "B/token",
-             "max|Δ|", "p50 max", "pos>0.5", "mean|Δ|", "max|Δ|", "mean|Δ|", "argmax (TF)", "greedy prefix", "saturated",
-             "rescaled");
+             "max|Δ|", "p50 max", "pos>0.5", "mean|Δ|", "max|Δ|", "mean|Δ|", "argmax (TF)", "greedy prefix",
+             "saturated", "rescaled");
   fmt::print("  {:<30} {:>7} {:>37} {:>19}\n", "", "", "-------------- vs f32 --------------", "---- vs bf16 ----");
   nlohmann::json j = nlohmann::json::array();
   for (Row& r : rows) {
@@ -235,17 +240,28 @@ nlohmann::json accuracy(const fs::path& dir, ThreadPool& pool, std::vector<Row>*
     std::sort(sorted.begin(), sorted.end());
     const double p50 = sorted[sorted.size() / 2];
     const int64_t over = std::count_if(sorted.begin(), sorted.end(), [](double x) { return x > 0.5; });
-    fmt::print("  {:<30} {:>7.1f} {:>9.2e} {:>9.2e} {:>3}/{:<3} {:>9.2e} {:>9.2e} {:>9.2e} {:>5}/{:<5} {:>6}/{:<6} {:>9} {:>8}{}\n",
-               r.name, r.bytes_per_token, r.max_vs_f32, p50, over, sorted.size(), r.sum_vs_f32 / double(r.n_logits), r.max_vs_bf16,
-               r.sum_vs_bf16 / double(r.n_logits), r.argmax_agree, r.argmax_total, r.greedy_prefix, r.greedy_total,
-               r.saturated, r.rescaled, r.nan ? "  NaN!" : "");
-    j.push_back({{"format", r.name}, {"bytes_per_token", r.bytes_per_token}, {"max_abs_vs_f32", r.max_vs_f32},
-                 {"median_position_max_abs_vs_f32", p50}, {"positions_max_abs_over_0_5", over},
+    fmt::print(
+        "  {:<30} {:>7.1f} {:>9.2e} {:>9.2e} {:>3}/{:<3} {:>9.2e} {:>9.2e} {:>9.2e} {:>5}/{:<5} {:>6}/{:<6} {:>9} "
+        "{:>8}{}\n",
+        r.name, r.bytes_per_token, r.max_vs_f32, p50, over, sorted.size(), r.sum_vs_f32 / double(r.n_logits),
+        r.max_vs_bf16, r.sum_vs_bf16 / double(r.n_logits), r.argmax_agree, r.argmax_total, r.greedy_prefix,
+        r.greedy_total, r.saturated, r.rescaled, r.nan ? "  NaN!" : "");
+    j.push_back({{"format", r.name},
+                 {"bytes_per_token", r.bytes_per_token},
+                 {"max_abs_vs_f32", r.max_vs_f32},
+                 {"median_position_max_abs_vs_f32", p50},
+                 {"positions_max_abs_over_0_5", over},
                  {"positions", sorted.size()},
-                 {"mean_abs_vs_f32", r.sum_vs_f32 / double(r.n_logits)}, {"max_abs_vs_bf16", r.max_vs_bf16},
-                 {"mean_abs_vs_bf16", r.sum_vs_bf16 / double(r.n_logits)}, {"argmax_agree", r.argmax_agree},
-                 {"argmax_total", r.argmax_total}, {"greedy_prefix", r.greedy_prefix}, {"greedy_total", r.greedy_total},
-                 {"saturated", r.saturated}, {"rescaled_block_groups", r.rescaled}, {"nan", r.nan}});
+                 {"mean_abs_vs_f32", r.sum_vs_f32 / double(r.n_logits)},
+                 {"max_abs_vs_bf16", r.max_vs_bf16},
+                 {"mean_abs_vs_bf16", r.sum_vs_bf16 / double(r.n_logits)},
+                 {"argmax_agree", r.argmax_agree},
+                 {"argmax_total", r.argmax_total},
+                 {"greedy_prefix", r.greedy_prefix},
+                 {"greedy_total", r.greedy_total},
+                 {"saturated", r.saturated},
+                 {"rescaled_block_groups", r.rescaled},
+                 {"nan", r.nan}});
   }
   *rows_out = rows;
   return j;
@@ -266,8 +282,10 @@ nlohmann::json granularity_stress(ThreadPool& pool) {
   std::iota(table.begin(), table.end(), 0);
   const int32_t qsl[2] = {0, int32_t(n_query)}, len = int32_t(ctx);
   const char* scenarios[] = {"N(0,1)", "V head 0 x4096", "late V x32"};
-  fmt::print("\nwhere granularity matters: paged attention, fp8 vs f32 cache, synthetic K/V ({} tokens, {} KV heads x {},"
-             " first {} written first)\n  RMS output error / RMS output\n", ctx, n_head_kv, hd, calib);
+  fmt::print(
+      "\nwhere granularity matters: paged attention, fp8 vs f32 cache, synthetic K/V ({} tokens, {} KV heads x {},"
+      " first {} written first)\n  RMS output error / RMS output\n",
+      ctx, n_head_kv, hd, calib);
   fmt::print("  {:<18}", "scenario");
   const std::vector<Format> fs_all = formats(false);
   for (const Format& f : fs_all)
@@ -277,7 +295,8 @@ nlohmann::json granularity_stress(ThreadPool& pool) {
   for (int sc = 0; sc < 3; ++sc) {
     std::mt19937 rng(uint32_t(100 + sc));
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> k(static_cast<size_t>(ctx * n_head_kv * hd)), v(k.size()), q(static_cast<size_t>(n_query * n_head * hd));
+    std::vector<float> k(static_cast<size_t>(ctx * n_head_kv * hd)), v(k.size()),
+        q(static_cast<size_t>(n_query * n_head * hd));
     for (auto& x : k) x = normal(rng);
     for (auto& x : v) x = normal(rng);
     for (auto& x : q) x = normal(rng);
@@ -331,7 +350,8 @@ nlohmann::json granularity_stress(ThreadPool& pool) {
         worst = std::max(worst, std::sqrt(e2 / r2));
       }
       fmt::print(" {:>15.2e}", worst);
-      j[scenarios[sc]][f.name] = {{"worst_head_rms_rel_error", worst}, {"saturated", cache.stats().saturated_elements},
+      j[scenarios[sc]][f.name] = {{"worst_head_rms_rel_error", worst},
+                                  {"saturated", cache.stats().saturated_elements},
                                   {"rescaled_block_groups", cache.stats().rescaled_block_groups}};
     }
     fmt::print("\n");
@@ -390,7 +410,8 @@ nlohmann::json kernel_timing(ThreadPool& pool) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
     const double kv_bytes = double(n_seqs * ctx) * (cache.bytes_per_token());
     fmt::print("  {:<16} {:>10.2f} {:>12.1f} {:>14.2f}\n", f.name, s * 1e3, kv_bytes / 1e6, kv_bytes / s / 1e9);
-    j.push_back({{"format", f.name}, {"ms_per_call", s * 1e3}, {"kv_bytes", kv_bytes}, {"kv_gb_s", kv_bytes / s / 1e9}});
+    j.push_back(
+        {{"format", f.name}, {"ms_per_call", s * 1e3}, {"kv_bytes", kv_bytes}, {"kv_gb_s", kv_bytes / s / 1e9}});
   }
   return j;
 }
@@ -403,14 +424,22 @@ int main(int argc, char** argv) {
   std::string json_path = "bench_kv_fp8.json";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--fixtures") fixtures = argv[i + 1];
-    else if (flag == "--threads") threads = std::stoi(argv[i + 1]);
-    else if (flag == "--json") json_path = argv[i + 1];
-    else { fmt::print(stderr, "unknown flag {}\n", flag); return 2; }
+    if (flag == "--fixtures")
+      fixtures = argv[i + 1];
+    else if (flag == "--threads")
+      threads = std::stoi(argv[i + 1]);
+    else if (flag == "--json")
+      json_path = argv[i + 1];
+    else {
+      fmt::print(stderr, "unknown flag {}\n", flag);
+      return 2;
+    }
   }
   ThreadPool pool(threads);
   fmt::print("latentserve bench: KV cache formats (f32 / bf16 / fp8 e4m3), logits vs the f32 cache\n");
-  fmt::print("  TF = teacher forced on the f32 greedy tokens; greedy prefix = free-running tokens equal to f32's before the first difference\n");
+  fmt::print(
+      "  TF = teacher forced on the f32 greedy tokens; greedy prefix = free-running tokens equal to f32's before the "
+      "first difference\n");
   nlohmann::json out;
   bool sane = true;
   for (const char* name : {"llama_gqa_f32", "deepseek_v3_f32"}) {

@@ -163,7 +163,8 @@ std::vector<std::pair<std::string, cpu::KvCacheOptions>> latent_formats() {
       o.dtype = DType::F8_E4M3;
       o.scale = g;
       o.mla_rope_bf16 = rope_bf16;
-      formats.push_back({"fp8 " + std::string(cpu::kv_scale_granularity_name(g)) + (rope_bf16 ? " rope-bf16" : " rope-fp8"), o});
+      const std::string name = "fp8 " + std::string(cpu::kv_scale_granularity_name(g));
+      formats.push_back({name + (rope_bf16 ? " rope-bf16" : " rope-fp8"), o});
     }
   return formats;
 }

@@ -68,7 +68,8 @@ RoundTrip check_round_trip(const KvRows& rows, const std::vector<float>& x, cons
       EXPECT_LE(err, bound) << "slot " << slots[t] << " element " << e << " x " << xv << " read " << got;
       if (rows.dtype == DType::F8_E4M3 && e < rows.fp8_elements) {
         const double s = rows.scale((slots[t] / rows.block_size_tokens), e / rows.scale_group_elements);
-        if (std::fabs(xv) >= 0x1p-6 * s && std::fabs(xv) <= 448 * s) rt.max_rel_normal = std::max(rt.max_rel_normal, err / std::fabs(xv));
+        if (std::fabs(xv) >= 0x1p-6 * s && std::fabs(xv) <= 448 * s)
+          rt.max_rel_normal = std::max(rt.max_rel_normal, err / std::fabs(xv));
       } else if (xv != 0) {
         rt.max_rel_normal = std::max(rt.max_rel_normal, err / std::fabs(xv));
       }
@@ -166,8 +167,8 @@ TEST(KvQuant, Bf16RoundTripAndSaturation) {
 // values (NaN only where NaN was written), saturated values at ±448 s with the right sign.
 TEST(KvQuant, HugeValuesSaturateAndNeverGiveNaN) {
   const float big = std::numeric_limits<float>::max(), inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> specials = {1e30f, -1e38f, big, -big, inf, -inf, 1e-40f, -1e-45f, 0.0f, -0.0f, 3.0f, -448.0f,
-                                       65504.0f, 1e-3f, 7e37f, -2.5f};
+  const std::vector<float> specials = {1e30f, -1e38f, big,  -big,    inf,      -inf,  1e-40f, -1e-45f,
+                                       0.0f,  -0.0f,  3.0f, -448.0f, 65504.0f, 1e-3f, 7e37f,  -2.5f};
   for (KvScaleGranularity g : kAllScales) {
     SCOPED_TRACE(std::string(cpu::kv_scale_granularity_name(g)));
     const int64_t row = 16, bs = 16;
@@ -214,7 +215,7 @@ TEST(KvQuant, PerBlockRescalesEarlierRowsAndResetsAReusedBlock) {
     for (int64_t i = 0; i < row; ++i) x[size_t(t * row + i)] *= std::exp2(0.5f * float(t));
   std::vector<int64_t> slots;
   for (int64_t t = 0; t < bs; ++t) {
-    slots.push_back(bs + t);  // block 1
+    slots.push_back(bs + t);                                                               // block 1
     cache.write(0, &x[size_t(t * row)], row, &x[size_t(t * row)], row, &slots.back(), 1);  // decode-like
   }
   EXPECT_GE(cache.stats().rescaled_block_groups, 2 * 4) << "K and V each re-scaled several times";
@@ -282,7 +283,8 @@ TEST(KvQuant, CopyBlockCarriesRowsAndScales) {
   const KvRows k = cache.k_rows(1);
   EXPECT_EQ(k.scale(2, 0), k.scale(0, 0));
   for (int64_t t = 0; t < 5; ++t)
-    for (int64_t e = 0; e < row; ++e) EXPECT_EQ(reference::kv_element(k, 2 * bs + t, e), reference::kv_element(k, t, e));
+    for (int64_t e = 0; e < row; ++e)
+      EXPECT_EQ(reference::kv_element(k, 2 * bs + t, e), reference::kv_element(k, t, e));
 }
 
 TEST(KvQuant, Pow2ScaleHoldsAmaxWithHeadroomAndIsClamped) {

@@ -46,8 +46,10 @@ std::vector<float> kv_rows(std::mt19937& rng, int64_t n_rows, int64_t n_heads, i
   std::uniform_real_distribution<float> log2_factor(-1.0f, 1.0f);
   for (int64_t t = 0; t < n_rows; ++t) {
     const float token = std::exp2(log2_factor(rng)) * (rng() % 8 == 0 ? 4.0f : 1.0f);
-    for (int64_t h = 0; h < n_heads; ++h)
-      for (int64_t d = 0; d < head_dim; ++d) x[size_t((t * n_heads + h) * head_dim + d)] *= token * std::exp2(float(h % 3) - 1.0f);
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const float head = std::exp2(float(h % 3) - 1.0f);
+      for (int64_t d = 0; d < head_dim; ++d) x[size_t((t * n_heads + h) * head_dim + d)] *= token * head;
+    }
   }
   return x;
 }
@@ -196,11 +198,13 @@ Errors run_case(const Case& c, uint32_t seed, const KvCacheOptions& options = {}
           const double bound = quantised_error_bound(q, e_k, e_v, v_head, first, pos, dk, dv, softmax_scale);
           for (int64_t d = 0; d < dv; ++d) {
             const double o = out[size_t((t * c.n_head + h) * dv + d)];
-            const double r_hat = ref_hat[size_t((i * c.n_head + h) * dv + d)], r = ref[size_t((i * c.n_head + h) * dv + d)];
+            const size_t at = size_t((i * c.n_head + h) * dv + d);
+            const double r_hat = ref_hat[at], r = ref[at];
             EXPECT_FALSE(std::isnan(o)) << "output of token " << t << " head " << h << " was not written";
             err.vs_dequantised = std::max(err.vs_dequantised, std::fabs(o - r_hat));
             err.vs_original = std::max(err.vs_original, std::fabs(o - r));
-            err.worst_bound_ratio = std::max(err.worst_bound_ratio, std::fabs(o - r) / (bound + testing::kF32KernelRelTol));
+            err.worst_bound_ratio =
+                std::max(err.worst_bound_ratio, std::fabs(o - r) / (bound + testing::kF32KernelRelTol));
             err.rms_vs_original += (o - r) * (o - r);
             err.rms_reference += r * r;
           }

@@ -73,7 +73,10 @@ void CpuKvCache::init_side(Side& s, int64_t row_elements, int64_t fp8_elements, 
     s.n_groups = (s.fp8_elements + group_elements - 1) / group_elements;
     switch (options_.scale) {
       case KvScaleGranularity::PerTensor: s.n_scales = 1; break;
-      case KvScaleGranularity::PerHead: s.n_scales = s.n_groups; s.scale_group_stride = 1; break;
+      case KvScaleGranularity::PerHead:
+        s.n_scales = s.n_groups;
+        s.scale_group_stride = 1;
+        break;
       case KvScaleGranularity::PerBlock:
         s.n_scales = n_blocks_ * s.n_groups;
         s.scale_block_stride = s.n_groups;
@@ -118,12 +121,14 @@ KvRows CpuKvCache::k_rows(int64_t layer) const { return rows_of(k_, layer); }
 KvRows CpuKvCache::v_rows(int64_t layer) const { return rows_of(v_, layer); }
 
 float* CpuKvCache::k(int64_t layer) {
-  if (options_.dtype != DType::F32) fail("CpuKvCache::k: the cache holds {}, not f32 rows", kv_cache_dtype_name(dtype()));
+  if (options_.dtype != DType::F32)
+    fail("CpuKvCache::k: the cache holds {}, not f32 rows", kv_cache_dtype_name(dtype()));
   return k_.rows[size_t(layer)].data();
 }
 
 float* CpuKvCache::v(int64_t layer) {
-  if (options_.dtype != DType::F32) fail("CpuKvCache::v: the cache holds {}, not f32 rows", kv_cache_dtype_name(dtype()));
+  if (options_.dtype != DType::F32)
+    fail("CpuKvCache::v: the cache holds {}, not f32 rows", kv_cache_dtype_name(dtype()));
   return v_.row_elements == 0 ? nullptr : v_.rows[size_t(layer)].data();
 }
 
@@ -142,7 +147,8 @@ void CpuKvCache::write_side(Side& s, int64_t layer, const float* x, int64_t toke
   switch (options_.dtype) {
     case DType::F32:
       for (int64_t t = 0; t < n_tokens; ++t)
-        if (slot_mapping[t] >= 0) std::memcpy(base + slot_mapping[t] * s.row_bytes, x + t * token_stride, size_t(n) * 4);
+        if (slot_mapping[t] >= 0)
+          std::memcpy(base + slot_mapping[t] * s.row_bytes, x + t * token_stride, size_t(n) * 4);
       return;
     case DType::BF16:
       for (int64_t t = 0; t < n_tokens; ++t) {
@@ -154,8 +160,7 @@ void CpuKvCache::write_side(Side& s, int64_t layer, const float* x, int64_t toke
         }
       }
       return;
-    default:
-      write_fp8(s, layer, x, token_stride, slot_mapping, n_tokens);
+    default: write_fp8(s, layer, x, token_stride, slot_mapping, n_tokens);
   }
 }
 
@@ -207,7 +212,8 @@ void CpuKvCache::write_fp8(Side& s, int64_t layer, const float* x, int64_t token
     unsigned char* dst = base + slot * s.row_bytes;
     const float* src = x + t * token_stride;
     for (int64_t g = 0; g < s.n_groups; ++g)
-      stats_.saturated_elements += quantize_fp8(src + g * ge, group_width(g), scales[scale_index(slot / bs, g)], dst + g * ge);
+      stats_.saturated_elements +=
+          quantize_fp8(src + g * ge, group_width(g), scales[scale_index(slot / bs, g)], dst + g * ge);
     for (int64_t i = fp8_n; i < s.row_elements; ++i) {  // bf16 tail (MLA k_pe)
       const uint16_t b = f32_to_bf16_saturating(src[i]);
       std::memcpy(dst + fp8_n + 2 * (i - fp8_n), &b, 2);
@@ -240,7 +246,8 @@ void CpuKvCache::copy_block(int64_t src_block, int64_t dst_block) {
       std::memmove(base + dst_block * block_bytes, base + src_block * block_bytes, size_t(block_bytes));
       if (s->scale_block_stride > 0) {
         float* scales = s->scales[size_t(l)].data();
-        std::copy_n(scales + src_block * s->scale_block_stride, s->n_groups, scales + dst_block * s->scale_block_stride);
+        std::copy_n(scales + src_block * s->scale_block_stride, s->n_groups,
+                    scales + dst_block * s->scale_block_stride);
       }
     }
   }

@@ -40,10 +40,10 @@ struct KvCacheOptions {
   DType dtype = DType::F32;  // F32 ("auto" on the CPU), BF16 or F8_E4M3
   // FP8 only:
   KvScaleGranularity scale = KvScaleGranularity::PerBlock;
-  bool mla_rope_bf16 = true;                 // MLA: keep k_pe (the last qk_rope_head_dim) in bf16, as FlashMLA does
-  int64_t mla_scale_tile_elements = 128;     // MLA: c_kv is cut into scale groups of this many (FlashMLA: 128);
-                                             // kv_lora_rank itself when it is not a multiple
-  float static_scale_headroom = 4.0f;        // per-tensor / per-head calibration headroom (>= 1)
+  bool mla_rope_bf16 = true;              // MLA: keep k_pe (the last qk_rope_head_dim) in bf16, as FlashMLA does
+  int64_t mla_scale_tile_elements = 128;  // MLA: c_kv is cut into scale groups of this many (FlashMLA: 128);
+                                          // kv_lora_rank itself when it is not a multiple
+  float static_scale_headroom = 4.0f;     // per-tensor / per-head calibration headroom (>= 1)
 };
 
 // Command-line spellings: --kv-cache-dtype auto|f32|bf16|fp8_e4m3 (fp8 = fp8_e4m3; auto = f32
@@ -54,9 +54,9 @@ std::string_view kv_cache_dtype_name(DType dtype);  // "f32", "bf16", "fp8_e4m3"
 std::string_view kv_scale_granularity_name(KvScaleGranularity scale);
 
 struct KvQuantStats {
-  int64_t saturated_elements = 0;    // FP8 values clamped to ±448 * scale (static scales only)
-  int64_t rescaled_block_groups = 0; // per-block: (block, group) scales that grew over earlier rows
-  int64_t rescaled_elements = 0;     // codes re-scaled by those
+  int64_t saturated_elements = 0;     // FP8 values clamped to ±448 * scale (static scales only)
+  int64_t rescaled_block_groups = 0;  // per-block: (block, group) scales that grew over earlier rows
+  int64_t rescaled_elements = 0;      // codes re-scaled by those
 };
 
 class CpuKvCache {

@@ -1,10 +1,11 @@
 #include "backend/cpu/kv_quant.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <array>
 #include <cassert>
 #include <cmath>
-#include <immintrin.h>
 #include <limits>
 
 #include "core/bf16.h"
@@ -105,8 +106,7 @@ void dequantize_rows(const KvRows& rows, int64_t slot0, int64_t n_rows, int64_t 
       }
       return;
     }
-    default:
-      assert(false && "KV rows are F32, BF16 or F8_E4M3");
+    default: assert(false && "KV rows are F32, BF16 or F8_E4M3");
   }
 }
 
@@ -116,8 +116,8 @@ void dequantize_row(const KvRows& rows, int64_t slot, int64_t begin, int64_t n, 
 
 float fp8_pow2_scale(float amax, float headroom) {
   if (!(amax > 0.0f)) return 0.0f;
-  const double target = std::min(double(amax) * double(headroom) / double(kFp8E4M3Max),
-                                 std::ldexp(1.0, kFp8MaxScaleExp));
+  const double target =
+      std::min(double(amax) * double(headroom) / double(kFp8E4M3Max), std::ldexp(1.0, kFp8MaxScaleExp));
   int e = 0;
   const double m = std::frexp(target, &e);  // target = m * 2^e, m in [0.5, 1)
   if (m == 0.5) --e;                        // already a power of two

@@ -27,13 +27,13 @@
 namespace latentserve::cpu {
 
 struct KvRows {
-  const void* data = nullptr;     // slot s's row starts at data + s * row_bytes
+  const void* data = nullptr;  // slot s's row starts at data + s * row_bytes
   int64_t row_bytes = 0;
   int64_t row_elements = 0;
   int64_t block_size_tokens = 0;  // slot s lies in block s / block_size_tokens (per-block scales)
   DType dtype = DType::F32;       // F32, BF16 or F8_E4M3
   // F8_E4M3 only
-  int64_t fp8_elements = 0;       // elements [fp8_elements, row_elements) are bf16
+  int64_t fp8_elements = 0;  // elements [fp8_elements, row_elements) are bf16
   const float* scales = nullptr;
   int64_t scale_block_stride = 0;
   int64_t scale_group_stride = 0;

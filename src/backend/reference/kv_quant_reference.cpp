@@ -33,13 +33,12 @@ double kv_element(const cpu::KvRows& rows, int64_t slot, int64_t element) {
       std::memcpy(&f, row + 4 * element, 4);
       return f;
     }
-    case DType::BF16:
-      return bf16_at(row + 2 * element);
+    case DType::BF16: return bf16_at(row + 2 * element);
     case DType::F8_E4M3:
-      if (element < rows.fp8_elements) return double(fp8_e4m3_to_f32(row[element])) * element_scale(rows, slot, element);
+      if (element < rows.fp8_elements)
+        return double(fp8_e4m3_to_f32(row[element])) * element_scale(rows, slot, element);
       return bf16_at(row + rows.fp8_elements + 2 * (element - rows.fp8_elements));
-    default:
-      return std::nan("");
+    default: return std::nan("");
   }
 }
 
@@ -54,18 +53,15 @@ std::vector<float> kv_gather(const cpu::KvRows& rows, const std::vector<int64_t>
 double kv_store_error_bound(const cpu::KvRows& rows, int64_t slot, int64_t element, double x) {
   const double ax = std::fabs(x);
   switch (rows.dtype) {
-    case DType::F32:
-      return 0.0;
-    case DType::BF16:
-      return kBf16UnitRoundoff * ax;
+    case DType::F32: return 0.0;
+    case DType::BF16: return kBf16UnitRoundoff * ax;
     case DType::F8_E4M3: {
       if (element >= rows.fp8_elements) return kBf16UnitRoundoff * ax;
       const double s = element_scale(rows, slot, element);
       if (ax > double(kFp8E4M3Max) * s) return ax - double(kFp8E4M3Max) * s;
       return kE4M3UnitRoundoff * ax + 0x1p-9 * s;
     }
-    default:
-      return 0.0;
+    default: return 0.0;
   }
 }
 
