@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/huge_page_buffer.h"
 #include "core/tensor_view.h"
 #include "io/checkpoint.h"
 
@@ -47,7 +48,7 @@ class SyntheticWeights final : public WeightSource {
   DType dtype_;
   uint64_t seed_;
   int64_t bytes_ = 0;
-  std::deque<std::vector<std::byte>> storage_;
+  std::deque<HugePageBuffer> storage_;  // huge pages: decode streams these every step
 };
 
 }  // namespace latentserve
