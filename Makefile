@@ -28,8 +28,11 @@ test-asan: deps
 demo: build
 	@echo "== latentserve generate on the bundled $(DEMO_MODEL) =="
 	$(BUILD_DIR)/latentserve generate --model $(DEMO_MODEL) --tokens 1,15,27,8,42 --max-tokens 16
-	@echo "== logits agree with Hugging Face transformers? =="
+	@echo "== logits agree with Hugging Face transformers? (GQA, then DeepSeek-V3 MLA + MoE) =="
 	$(BUILD_DIR)/latentserve check --model $(DEMO_MODEL)
+	$(BUILD_DIR)/latentserve check --model tests/fixtures/deepseek_v3_f32
+	@echo "== what would Llama-3-70B cost on 8 x H100 at 8K context, batch 32? =="
+	$(BUILD_DIR)/latentserve plan --preset llama3-70b --gpu h100 --tp 8 --context 8192 --batch 32
 
 bench: build
 	$(BUILD_DIR)/bench_cpu_decode
