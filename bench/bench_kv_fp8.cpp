@@ -361,15 +361,22 @@ nlohmann::json granularity_stress(ThreadPool& pool) {
 }
 
 // Decode attention over a long context: n_seqs sequences of ctx tokens, one query token each.
-nlohmann::json kernel_timing(ThreadPool& pool) {
-  const int64_t n_head = 32, n_head_kv = 8, hd = 128, bs = 16, ctx = 4096, n_seqs = 4;
+// Standard: GQA, K and V rows per KV head. MLA: the absorbed path's MQA over the latent row
+// (key = the whole row, value = its first kv_lora_rank elements, dequantised once for both).
+nlohmann::json kernel_timing(ThreadPool& pool, bool mla) {
+  const int64_t n_seqs = 4, ctx = 4096;
+  const int64_t n_head = mla ? 16 : 32, n_head_kv = mla ? 1 : 8, bs = mla ? 64 : 16;
+  const int64_t dk = mla ? 512 + 64 : 128, dv = mla ? 512 : 128;
   const int64_t n_blocks = n_seqs * ctx / bs;
-  const AttentionSpec spec = AttentionSpec::standard(n_head, n_head_kv, hd, hd);
+  const AttentionSpec spec =
+      mla ? AttentionSpec::latent(n_head, 512, 128, 64, 128) : AttentionSpec::standard(n_head, n_head_kv, dk, dv);
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> rows(size_t(n_blocks * bs * n_head_kv * hd)), q(size_t(n_seqs * n_head * hd)),
-      out(size_t(n_seqs * n_head * hd));
-  for (auto& x : rows) x = normal(rng);
+  std::vector<float> k(static_cast<size_t>(n_blocks * bs * n_head_kv * dk)),
+      v(static_cast<size_t>(n_blocks * bs * n_head_kv * dv));
+  std::vector<float> q(static_cast<size_t>(n_seqs * n_head * dk)), out(static_cast<size_t>(n_seqs * n_head * dv));
+  for (auto& x : k) x = normal(rng);
+  for (auto& x : v) x = normal(rng);
   for (auto& x : q) x = normal(rng);
   std::vector<int64_t> slots(static_cast<size_t>(n_blocks * bs));
   std::iota(slots.begin(), slots.end(), 0);
@@ -378,19 +385,26 @@ nlohmann::json kernel_timing(ThreadPool& pool) {
   for (int64_t s = 0; s <= n_seqs; ++s) qsl.push_back(int32_t(s));
   for (int64_t s = 0; s < n_seqs; ++s) lens.push_back(int32_t(ctx));
 
-  fmt::print("\npaged decode attention, {} seqs x {} context, {} heads / {} KV heads x {}, {} threads\n", n_seqs, ctx,
-             n_head, n_head_kv, hd, pool.n_threads());
-  fmt::print("  {:<16} {:>10} {:>12} {:>14}\n", "KV format", "ms/call", "KV MB read", "KV GB/s");
+  if (mla)
+    fmt::print(
+        "\npaged decode attention, MLA absorbed: {} seqs x {} context, {} heads over a 512 + 64 latent, {} threads\n",
+        n_seqs, ctx, n_head, pool.n_threads());
+  else
+    fmt::print("\npaged decode attention, GQA: {} seqs x {} context, {} heads / {} KV heads x {}, {} threads\n", n_seqs,
+               ctx, n_head, n_head_kv, dk, pool.n_threads());
+  fmt::print("  {:<24} {:>10} {:>12} {:>14}\n", "KV format", "ms/call", "KV MB read", "KV GB/s");
   nlohmann::json j = nlohmann::json::array();
-  for (const Format& f : formats(false)) {
+  for (const Format& f : formats(mla)) {
+    if (f.mla_path == MlaPath::Naive) continue;
     if (f.kv.dtype == DType::F8_E4M3 && f.kv.scale != cpu::KvScaleGranularity::PerBlock) continue;
     cpu::CpuKvCache cache(spec, 1, n_blocks, bs, f.kv);
-    cache.write(0, rows.data(), n_head_kv * hd, rows.data(), n_head_kv * hd, slots.data(), int64_t(slots.size()));
+    cache.write(0, k.data(), n_head_kv * dk, mla ? nullptr : v.data(), n_head_kv * dv, slots.data(),
+                int64_t(slots.size()));
     cpu::PagedAttentionParams p{};
     p.q = q.data();
-    p.q_token_stride = n_head * hd;
+    p.q_token_stride = n_head * dk;
     p.k_cache = cache.k_rows(0);
-    p.v_cache = cache.v_rows(0);
+    p.v_cache = mla ? cache.k_rows(0) : cache.v_rows(0);
     p.out = out.data();
     p.query_start_loc = qsl.data();
     p.seq_lens = lens.data();
@@ -400,16 +414,16 @@ nlohmann::json kernel_timing(ThreadPool& pool) {
     p.block_size = bs;
     p.n_head = n_head;
     p.n_head_kv = n_head_kv;
-    p.head_dim_qk = hd;
-    p.head_dim_v = hd;
-    p.softmax_scale = float(1.0 / std::sqrt(double(hd)));
+    p.head_dim_qk = dk;
+    p.head_dim_v = dv;
+    p.softmax_scale = float(1.0 / std::sqrt(double(dk)));
     cpu::paged_attention(p, pool);  // warm up
     const int reps = 10;
     const auto t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < reps; ++r) cpu::paged_attention(p, pool);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
     const double kv_bytes = double(n_seqs * ctx) * (cache.bytes_per_token());
-    fmt::print("  {:<16} {:>10.2f} {:>12.1f} {:>14.2f}\n", f.name, s * 1e3, kv_bytes / 1e6, kv_bytes / s / 1e9);
+    fmt::print("  {:<24} {:>10.2f} {:>12.1f} {:>14.2f}\n", f.name, s * 1e3, kv_bytes / 1e6, kv_bytes / s / 1e9);
     j.push_back(
         {{"format", f.name}, {"ms_per_call", s * 1e3}, {"kv_bytes", kv_bytes}, {"kv_gb_s", kv_bytes / s / 1e9}});
   }
@@ -449,7 +463,8 @@ int main(int argc, char** argv) {
       if (r.nan || !(r.sum_vs_f32 / double(r.n_logits) < 0.25)) sane = false;
   }
   out["granularity_stress"] = granularity_stress(pool);
-  out["kernel"] = kernel_timing(pool);
+  out["kernel"]["gqa"] = kernel_timing(pool, false);
+  out["kernel"]["mla"] = kernel_timing(pool, true);
   std::ofstream(json_path) << out.dump(2) << "\n";
   fmt::print("\n  wrote {}\n", json_path);
   if (!sane) {

@@ -565,6 +565,10 @@ DecodeLoopResult check_decode_loop(const MlaModelFactory& make_model, const std:
     if (pr.cache_row_elements != pr.expected_elements_per_token || pr.v_row_elements != 0)
       pr.problems.push_back(fmt::format("cache rows hold {} (+{} V) elements, expected {}", pr.cache_row_elements,
                                         pr.v_row_elements, pr.expected_elements_per_token));
+    if (observed.cache_bytes != spec.kv_bytes_per_token(DType::F32, res.n_layer) * observed.cache_slots)
+      pr.problems.push_back(fmt::format("the cache holds {} bytes for {} slots, expected {} (f32 latent rows)",
+                                        observed.cache_bytes, observed.cache_slots,
+                                        spec.kv_bytes_per_token(DType::F32, res.n_layer) * observed.cache_slots));
     for (size_t i = 0; i < pr.steps.size(); ++i)
       for (size_t l = 0; l < pr.steps[i].elements_written.size(); ++l) {
         const int64_t want = pr.steps[i].n_tokens * pr.expected_elements_per_token;
@@ -730,7 +734,7 @@ MlaCheckSummary summarize(const DecodeLoopResult& r) {
                      {"all_finite", p.all_finite}, {"max_recompute_deviation", p.max_recompute_deviation},
                      {"steps", steps}, {"problems", p.problems}});
   }
-  s.details.push_back(fmt::format("naive vs absorbed decode logits: {:.2e} relative", r.naive_vs_absorbed_deviation));
+  s.details.push_back(fmt::format("naive vs absorbed logits (every step): {:.2e} relative", r.naive_vs_absorbed_deviation));
   s.json = {{"model", r.model}, {"prompt_tokens", r.prompt_tokens}, {"decode_steps", r.decode_steps},
             {"n_layer", r.n_layer}, {"tolerance", r.tolerance}, {"paths", paths},
             {"naive_vs_absorbed_deviation", r.naive_vs_absorbed_deviation}};

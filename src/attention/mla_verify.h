@@ -170,7 +170,7 @@ struct DecodeLoopResult {
   int64_t prompt_tokens = 0, decode_steps = 0, n_layer = 0;
   std::string model;  // what ran
   std::vector<DecodeLoopPathResult> paths;  // naive, absorbed
-  double naive_vs_absorbed_deviation = 0;   // decode logits, max relative over steps
+  double naive_vs_absorbed_deviation = 0;   // logits of every step (prefill and decode), max relative
   double tolerance = 1e-4;
 };
 using MlaModelFactory = std::function<std::unique_ptr<CausalLM>(MlaPath path)>;

@@ -93,6 +93,7 @@ int run_batch(const BatchArgs& a) {
   config.block_size_tokens = a.model.block_size;
   config.kv_cache_bytes = a.kv_cache_mb << 20;
   config.enable_prefix_caching = !a.no_prefix_caching;
+  config.kv_options = a.model.kv_options();
   config.scheduler.max_num_seqs = a.max_num_seqs;
   config.scheduler.max_num_batched_tokens = a.model.max_batched_tokens;
   config.scheduler.max_model_len = model->config().max_position_embeddings;

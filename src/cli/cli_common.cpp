@@ -14,6 +14,8 @@ void ModelArgs::add_to(CLI::App* cmd) {
   cmd->add_option("--block-size", block_size, "KV cache block size in tokens: 16, 32, 64 or 128 (default 16; 64 for MLA)");
   cmd->add_option("--attention", attention, "MLA compute path: naive (materialise K/V) or absorbed (latent space)");
   cmd->add_option("--threads", threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--kv-cache-dtype", kv_cache_dtype, "KV cache elements: auto (f32 on the CPU), bf16, fp8_e4m3");
+  cmd->add_option("--kv-scale", kv_scale, "fp8 KV scale granularity: per-tensor, per-head, per-block");
   cmd->add_option("--max-batched-tokens", max_batched_tokens, "tokens per engine step (prefill is chunked)");
 }
 
@@ -25,6 +27,13 @@ latentserve::ModelOptions ModelArgs::model_options() const {
     o.mla_path = MlaPath::Absorbed;
   else
     fail("--attention: expected naive or absorbed, found '{}'", attention);
+  return o;
+}
+
+cpu::KvCacheOptions ModelArgs::kv_options() const {
+  cpu::KvCacheOptions o;
+  o.dtype = cpu::parse_kv_cache_dtype(kv_cache_dtype);
+  o.scale = cpu::parse_kv_scale_granularity(kv_scale);
   return o;
 }
 

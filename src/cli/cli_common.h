@@ -23,11 +23,14 @@ struct ModelArgs {
   std::string model_dir;
   int64_t block_size = 0;  // 0: the model's default
   std::string attention = "absorbed";  // MLA compute path
+  std::string kv_cache_dtype = "auto";
+  std::string kv_scale = "per-block";
   int threads = 0;
   int64_t max_batched_tokens = 512;
 
   void add_to(CLI::App* cmd);
-  RunnerOptions runner_options() const { return {block_size, max_batched_tokens}; }
+  RunnerOptions runner_options() const { return {block_size, max_batched_tokens, kv_options()}; }
+  cpu::KvCacheOptions kv_options() const;  // validates --kv-cache-dtype and --kv-scale
   latentserve::ModelOptions model_options() const;  // validates --attention
 };
 

@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 
+#include <fmt/format.h>
+
 namespace latentserve {
 
 namespace {
@@ -18,13 +20,18 @@ KvCacheConfig kv_config(const CausalLM& model, const EngineConfig& c) {
   k.block_size_tokens = c.block_size_tokens ? c.block_size_tokens : spec.kind == AttentionKind::MLA ? 64 : 16;
   if (!is_supported_block_size(k.block_size_tokens))
     fail("--block-size must be 16, 32, 64 or 128, got {}", k.block_size_tokens);
-  const int64_t block_bytes = spec.kv_bytes_per_token(DType::F32, model.n_layer()) * k.block_size_tokens;
+  // Bytes of one block in this cache format (rows of every layer plus their scales).
+  const cpu::CpuKvCache one_block(spec, model.n_layer(), 1, k.block_size_tokens, c.kv_options);
+  const int64_t block_bytes = int64_t(one_block.bytes_per_token() * double(k.block_size_tokens) + 0.5);
   k.n_usable_blocks = c.n_kv_blocks > 0 ? c.n_kv_blocks : c.kv_cache_bytes / block_bytes;
   if (k.n_usable_blocks < 1)
     fail("the KV cache budget of {} bytes holds no block of {} tokens ({} bytes each)", c.kv_cache_bytes,
          k.block_size_tokens, block_bytes);
   k.enable_prefix_caching = c.enable_prefix_caching;
-  k.cache_salt = model.config().model_type + "/" + std::to_string(model.vocab_size()) + "/kv=f32";
+  // Anything besides the tokens that changes the cached KV keeps caches apart.
+  k.cache_salt = fmt::format("{}/{}/kv={}/{}/rope_bf16={}", model.config().model_type, model.vocab_size(),
+                             cpu::kv_cache_dtype_name(c.kv_options.dtype),
+                             cpu::kv_scale_granularity_name(c.kv_options.scale), c.kv_options.mla_rope_bf16);
   return k;
 }
 
@@ -35,7 +42,7 @@ LLMEngine::LLMEngine(CausalLM& model, EngineConfig config, ThreadPool& pool, con
       tokenizer_(tokenizer),
       pool_(pool),
       kv_(kv_config(model, config)),
-      kv_memory_(model.attention_spec(), model.n_layer(), kv_.n_blocks(), kv_.block_size_tokens()),
+      kv_memory_(model.attention_spec(), model.n_layer(), kv_.n_blocks(), kv_.block_size_tokens(), config.kv_options),
       scheduler_(config.scheduler, kv_) {}
 
 void LLMEngine::add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params,

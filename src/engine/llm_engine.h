@@ -21,9 +21,10 @@ namespace latentserve {
 struct EngineConfig {
   SchedulerConfig scheduler;
   int64_t block_size_tokens = 0;        // 0: the model's default (16; 64 for MLA)
-  int64_t kv_cache_bytes = int64_t(1) << 30;  // KV memory budget (f32 elements on the CPU)
+  int64_t kv_cache_bytes = int64_t(1) << 30;  // KV memory budget, in the cache's own element type
   int64_t n_kv_blocks = 0;              // > 0: exactly this many usable blocks (overrides the budget)
   bool enable_prefix_caching = true;
+  cpu::KvCacheOptions kv_options;       // --kv-cache-dtype, --kv-scale
 };
 
 struct RequestOutput {

@@ -14,6 +14,7 @@ namespace latentserve {
 struct RunnerOptions {
   int64_t block_size_tokens = 0;     // 0: the model's default (16; 64 for MLA's latent cache)
   int64_t max_batched_tokens = 512;  // tokens per step (prefill is chunked to fit)
+  cpu::KvCacheOptions kv_options = {};  // element type and scale granularity of the KV cache
 };
 
 struct SequenceRequest {

@@ -92,6 +92,27 @@ TEST(Cli, PromptTextEqualsTheSameTokenIds) {
   fs::remove_all(dir);
 }
 
+// The KV cache format is a flag: bf16 and fp8 caches stay close to transformers' logits
+// (bounds from docs/kv-fp8.md's measurements: rounding of 2^-8 and 2^-4 relative).
+TEST(Cli, KvCacheDtypeFlag) {
+  auto ref = reference();
+  auto prompt = ref["prompts"][2].get<std::vector<int>>();
+  for (auto [dtype, bound] : {std::pair{"bf16", 0.05}, std::pair{"fp8_e4m3", 0.5}}) {
+    Output out = run(std::string("logits --model ") + kFixture.string() + " --kv-cache-dtype " + dtype + " --tokens " + join(prompt));
+    ASSERT_EQ(out.exit_code, 0) << out.text;
+    auto j = nlohmann::json::parse(out.text);
+    double max_diff = 0;
+    for (size_t t = 0; t < prompt.size(); ++t)
+      for (size_t v = 0; v < j["logits"][t].size(); ++v)
+        max_diff = std::max(max_diff, std::abs(j["logits"][t][v].get<double>() - ref["logits"][2][t][v].get<double>()));
+    EXPECT_LE(max_diff, bound) << dtype;
+    EXPECT_GT(max_diff, 0.0) << dtype << ": a quantised cache cannot be exact";
+  }
+  Output bad = run("logits --model " + kFixture.string() + " --tokens 1 --kv-cache-dtype fp9");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.text.find("--kv-cache-dtype"), std::string::npos) << bad.text;
+}
+
 TEST(Cli, BadInputNamesWhatWasWrong) {
   Output bad_tokens = run("logits --model " + kFixture.string() + " --tokens 1,x,3");
   EXPECT_NE(bad_tokens.exit_code, 0);
