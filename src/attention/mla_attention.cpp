@@ -28,6 +28,15 @@ MlaAttention::MlaAttention(const MlaShape& shape, const TensorView& kv_b_proj, f
     }
 }
 
+MlaPath choose_mla_path(MlaPath requested, const AttentionMetadata& meta) {
+  if (requested != MlaPath::Auto) return requested;
+  for (int64_t s = 0; s < meta.n_seqs(); ++s) {
+    const int64_t n_new = meta.query_start_loc[size_t(s) + 1] - meta.query_start_loc[size_t(s)];
+    if (n_new <= 1 || meta.seq_lens[size_t(s)] > kMlaNaiveMaxContext) return MlaPath::Absorbed;
+  }
+  return MlaPath::Naive;
+}
+
 void MlaAttention::forward(MlaPath path, const float* q, const AttentionMetadata& meta, const float* latent, float* out,
                            ThreadPool& pool) {
   forward(path, q, meta, cpu::KvRows::f32(latent, shape_.latent_row(), meta.block_size_tokens), out, pool);
@@ -39,7 +48,7 @@ void MlaAttention::forward(MlaPath path, const float* q, const AttentionMetadata
   if (latent.row_elements != shape_.latent_row())
     fail("MLA latent cache rows hold {} elements, expected kv_lora_rank + qk_rope_head_dim = {}", latent.row_elements,
          shape_.latent_row());
-  if (path == MlaPath::Absorbed)
+  if (choose_mla_path(path, meta) == MlaPath::Absorbed)
     forward_absorbed(q, meta, latent, out, pool);
   else
     forward_naive(q, meta, latent, out, pool);

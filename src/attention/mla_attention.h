@@ -20,7 +20,15 @@
 
 namespace latentserve {
 
-enum class MlaPath { Naive, Absorbed };
+// Auto: naive for a batch of short prefills (every sequence's context <= kMlaNaiveMaxContext
+// and no decode token), absorbed otherwise — decode always runs absorbed.
+enum class MlaPath { Auto, Naive, Absorbed };
+
+// Crossover measured by bench_mla_decode on the 2-vCPU CPU (docs/mla.md): for one prefill
+// from scratch naive wins up to ~730 tokens (~130 with passive OpenMP waiting), absorbed
+// beyond; naive's cost grows with the context already cached, so the rule uses seq_len.
+inline constexpr int64_t kMlaNaiveMaxContext = 512;
+MlaPath choose_mla_path(MlaPath requested, const AttentionMetadata& meta);
 
 struct MlaShape {
   int64_t n_head = 0;

@@ -12,7 +12,7 @@ namespace latentserve::cli {
 void ModelArgs::add_to(CLI::App* cmd) {
   cmd->add_option("--model", model_dir, "Hugging Face checkpoint folder (config.json, *.safetensors)")->required();
   cmd->add_option("--block-size", block_size, "KV cache block size in tokens: 16, 32, 64 or 128 (default 16; 64 for MLA)");
-  cmd->add_option("--attention", attention, "MLA compute path: naive (materialise K/V) or absorbed (latent space)");
+  cmd->add_option("--attention", attention, "MLA compute path: auto (naive for short prefills, else absorbed), naive (materialise K/V), absorbed (latent space)");
   cmd->add_option("--threads", threads, "CPU threads (0 = all cores)");
   cmd->add_option("--kv-cache-dtype", kv_cache_dtype, "KV cache elements: auto (f32 on the CPU), bf16, fp8_e4m3");
   cmd->add_option("--kv-scale", kv_scale, "fp8 KV scale granularity: per-tensor, per-head, per-block");
@@ -21,12 +21,14 @@ void ModelArgs::add_to(CLI::App* cmd) {
 
 latentserve::ModelOptions ModelArgs::model_options() const {
   latentserve::ModelOptions o;
-  if (attention == "naive")
+  if (attention == "auto")
+    o.mla_path = MlaPath::Auto;
+  else if (attention == "naive")
     o.mla_path = MlaPath::Naive;
   else if (attention == "absorbed")
     o.mla_path = MlaPath::Absorbed;
   else
-    fail("--attention: expected naive or absorbed, found '{}'", attention);
+    fail("--attention: expected auto, naive or absorbed, found '{}'", attention);
   return o;
 }
 

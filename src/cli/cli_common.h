@@ -22,7 +22,7 @@ struct Command {
 struct ModelArgs {
   std::string model_dir;
   int64_t block_size = 0;  // 0: the model's default
-  std::string attention = "absorbed";  // MLA compute path
+  std::string attention = "auto";  // MLA compute path
   std::string kv_cache_dtype = "auto";
   std::string kv_scale = "per-block";
   int threads = 0;

@@ -5,7 +5,7 @@
 namespace latentserve {
 
 struct ModelOptions {
-  MlaPath mla_path = MlaPath::Absorbed;  // MLA models: --attention naive|absorbed
+  MlaPath mla_path = MlaPath::Auto;  // MLA models: --attention auto|naive|absorbed
 };
 
 }  // namespace latentserve

@@ -52,10 +52,12 @@ class HfFixture : public ::testing::TestWithParam<std::string> {
     dir_ = fs::path(LATENTSERVE_FIXTURES_DIR) / GetParam();
     ref_ = load_reference(dir_);
     models_.emplace_back("default", load_causal_lm(dir_, pool_));
-    if (models_[0].second->attention_spec().kind == AttentionKind::MLA) {  // both MLA paths
-      ModelOptions naive;
-      naive.mla_path = MlaPath::Naive;
-      models_.emplace_back("naive", load_causal_lm(dir_, pool_, naive));
+    if (models_[0].second->attention_spec().kind == AttentionKind::MLA) {  // every MLA path
+      for (auto [name, path] : {std::pair{"absorbed", MlaPath::Absorbed}, std::pair{"naive", MlaPath::Naive}}) {
+        ModelOptions options;
+        options.mla_path = path;
+        models_.emplace_back(name, load_causal_lm(dir_, pool_, options));
+      }
     }
     tolerance_ = ref_.bf16_weights ? testing::kLogitsAbsTolBf16Checkpoint : testing::kLogitsAbsTolF32Checkpoint;
   }
@@ -95,7 +97,7 @@ class HfFixture : public ::testing::TestWithParam<std::string> {
   fs::path dir_;
   Reference ref_;
   ThreadPool pool_{2};
-  std::vector<std::pair<std::string, std::unique_ptr<CausalLM>>> models_;  // MLA: absorbed and naive
+  std::vector<std::pair<std::string, std::unique_ptr<CausalLM>>> models_;  // MLA: auto, absorbed, naive
   double tolerance_ = 0;
 };
 
@@ -122,7 +124,7 @@ TEST_P(HfFixture, MlaPathsAgree) {
   if (models_.size() < 2) GTEST_SKIP() << "not an MLA model";
   std::vector<SequenceRequest> requests;
   for (const auto& p : ref_.prompts) requests.push_back({p, 4, false});
-  OfflineRunner a(*models_[0].second, {64, 7}, pool_), b(*models_[1].second, {64, 7}, pool_);
+  OfflineRunner a(*models_[1].second, {64, 7}, pool_), b(*models_[2].second, {64, 7}, pool_);  // absorbed, naive
   auto ra = a.run(requests, true), rb = b.run(requests, true);
   for (size_t i = 0; i < requests.size(); ++i) {
     double max_abs = 0, max_diff = 0;
