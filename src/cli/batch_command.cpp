@@ -3,7 +3,8 @@
 // "max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
 // "presence_penalty", "frequency_penalty", "seed", "stop": [...], "stop_token_ids",
 // "ignore_eos", "logprobs"}. Each output line: id, tokens, text, finish_reason and the
-// request's TTFT, TPOT and prompt / cached / generated token counts. Engine metrics
+// request's TTFT, TPOT and prompt / cached / generated token counts (and, when asked,
+// "logprobs": per token its logprob and the top ones). Engine metrics
 // are printed at the end; a progress bar shows on a terminal.
 #include <fmt/format.h>
 #include <unistd.h>
@@ -147,8 +148,14 @@ int run_batch(const BatchArgs& a) {
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
   std::map<std::string, nlohmann::json> results;
+  std::map<std::string, nlohmann::json> logprobs;  // per request that asked: one entry per token
   while (engine.has_unfinished()) {
     for (auto& o : engine.step()) {
+      for (const auto& sample : o.new_samples) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const auto& t : sample.top_logprobs) top.push_back({{"token", t.token}, {"logprob", t.logprob}});
+        logprobs[o.id].push_back({{"token", sample.token}, {"logprob", sample.logprob}, {"top_logprobs", top}});
+      }
       if (!o.finished) continue;
       results[o.id] = {{"id", o.id},
                        {"tokens", o.output_tokens},
@@ -160,6 +167,7 @@ int run_batch(const BatchArgs& a) {
                        {"cached_tokens", o.n_cached_tokens},
                        {"generated_tokens", o.output_tokens.size()},
                        {"preemptions", o.n_preemptions}};
+      if (logprobs.count(o.id)) results[o.id]["logprobs"] = std::move(logprobs[o.id]);
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (tty) draw_progress(int64_t(results.size()), total, engine.metrics().generated_tokens, seconds);

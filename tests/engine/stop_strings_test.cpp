@@ -89,7 +89,7 @@ TEST(BatchCommand, WritesOneResultPerRequestInInputOrder) {
   const fs::path input = dir / "in.jsonl", output = dir / "out.jsonl";
   std::ofstream(input) << R"({"id": "a", "tokens": [1, 2, 3, 4, 5], "max_tokens": 6, "temperature": 0, "ignore_eos": true})" "\n"
                        << "\n"
-                       << R"({"id": "b", "tokens": [1, 2, 3, 4, 5, 6, 7, 8, 9], "max_tokens": 3, "temperature": 0.7, "seed": 3, "ignore_eos": true})" "\n";
+                       << R"({"id": "b", "tokens": [1, 2, 3, 4, 5, 6, 7, 8, 9], "max_tokens": 3, "temperature": 0.7, "seed": 3, "ignore_eos": true, "logprobs": 2})" "\n";
   auto [code, text] = run_cli("batch --model " + model.string() + " --input " + input.string() + " --output " +
                               output.string());
   ASSERT_EQ(code, 0) << text;
@@ -105,6 +105,15 @@ TEST(BatchCommand, WritesOneResultPerRequestInInputOrder) {
   EXPECT_EQ(rows[0]["prompt_tokens"], 5);
   EXPECT_EQ(rows[1]["id"], "b");
   EXPECT_EQ(rows[1]["generated_tokens"], 3);
+  ASSERT_EQ(rows[1]["logprobs"].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& lp = rows[1]["logprobs"][i];
+    EXPECT_EQ(lp["token"], rows[1]["tokens"][i]);
+    EXPECT_LE(lp["logprob"].get<double>(), 0.0);
+    EXPECT_EQ(lp["top_logprobs"].size(), 2u);
+    EXPECT_GE(lp["top_logprobs"][0]["logprob"].get<double>(), lp["top_logprobs"][1]["logprob"].get<double>());
+  }
+  EXPECT_FALSE(rows[0].contains("logprobs"));
 
   // Greedy request "a" equals `generate` on the same prompt.
   auto [gcode, gtext] = run_cli("generate --model " + model.string() + " --tokens 1,2,3,4,5 --max-tokens 6 --ignore-eos");
