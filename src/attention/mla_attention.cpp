@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "backend/cpu/linear.h"
-#include "backend/cpu/paged_attention.h"
+#include "attention/paged_attention_call.h"
 #include "core/convert.h"
 #include "core/error.h"
 
@@ -74,18 +74,12 @@ void MlaAttention::forward_absorbed(const float* q, const AttentionMetadata& met
   }
   // MQA over the latent rows: key = row (r + dr), value = row[:r]. o_lat: [T, nh, r]
   o_lat_.resize(size_t(T * nh * r));
-  cpu::PagedAttentionParams p{};
+  cpu::PagedAttentionParams p = paged_attention_params(meta);
   p.q = q_abs_.data();
   p.q_token_stride = nh * row;
   p.k_cache = latent;
   p.v_cache = latent;  // the value is the first kv_lora_rank elements of the same row
   p.out = o_lat_.data();
-  p.query_start_loc = meta.query_start_loc.data();
-  p.seq_lens = meta.seq_lens.data();
-  p.block_tables = meta.block_tables.data();
-  p.n_seqs = meta.n_seqs();
-  p.max_blocks_per_seq = meta.max_blocks_per_seq;
-  p.block_size = meta.block_size_tokens;
   p.n_head = nh;
   p.n_head_kv = 1;
   p.head_dim_qk = row;

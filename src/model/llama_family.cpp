@@ -8,7 +8,7 @@
 #include "backend/cpu/activation.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/norm.h"
-#include "backend/cpu/paged_attention.h"
+#include "attention/paged_attention_call.h"
 #include "backend/cpu/rope.h"
 #include "core/convert.h"
 #include "core/error.h"
@@ -140,23 +140,17 @@ class LlamaFamilyModel final : public CausalLM {
                          batch.positions.data() + begin, rope.inv_freq.data(), rope.attention_factor, layout});
     }
     kv.write(layer, k_.data(), nkv * hd, v_.data(), nkv * hd, meta.slot_mapping.data(), T);  // quantises
-    cpu::PagedAttentionParams p{};
+    cpu::PagedAttentionParams p = paged_attention_params(meta);
     p.q = q_.data();
     p.q_token_stride = nh * hd;
     p.k_cache = kv.k_rows(layer);
     p.v_cache = kv.v_rows(layer);
     p.out = attn_.data();
-    p.query_start_loc = meta.query_start_loc.data();
-    p.seq_lens = meta.seq_lens.data();
-    p.block_tables = meta.block_tables.data();
-    p.n_seqs = meta.n_seqs();
-    p.max_blocks_per_seq = meta.max_blocks_per_seq;
-    p.block_size = meta.block_size_tokens;
     p.n_head = nh;
     p.n_head_kv = nkv;
     p.head_dim_qk = hd;
     p.head_dim_v = hd;
-    p.softmax_scale = float(1.0 / std::sqrt(double(hd)));
+    p.softmax_scale = float(c.softmax_scale);
     p.sliding_window = c.sliding_window.value_or(0);
     cpu::paged_attention(p, pool_);
     L.o_proj(attn_.data(), T, x_.data(), pool_);  // [T, H]
