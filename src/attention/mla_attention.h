@@ -25,9 +25,9 @@ namespace latentserve {
 enum class MlaPath { Auto, Naive, Absorbed };
 
 // Crossover measured by bench_mla_decode on the 2-vCPU CPU (docs/mla.md): for one prefill
-// from scratch naive wins up to ~730 tokens (~130 with passive OpenMP waiting), absorbed
-// beyond; naive's cost grows with the context already cached, so the rule uses seq_len.
-inline constexpr int64_t kMlaNaiveMaxContext = 512;
+// from scratch naive wins up to 128 tokens, absorbed from 256 (equal near 175); naive's
+// cost grows with the context already cached, so the rule uses seq_len.
+inline constexpr int64_t kMlaNaiveMaxContext = 128;
 MlaPath choose_mla_path(MlaPath requested, const AttentionMetadata& meta);
 
 struct MlaShape {

@@ -99,30 +99,16 @@ void onednn_panel(const float* x, int64_t m, int64_t k, const float* w, int64_t 
     for (int64_t i = 0; i < m; ++i) std::memcpy(y + i * ldy, dst + i * n, size_t(n) * sizeof(float));
 }
 
-// Threads for a library call made by one thread: the pool's size for a whole-matrix
-// call, 1 for a call made from inside a pool chunk.
-void set_library_threads(GemmLibrary library, int n_threads) {
-  if (library == GemmLibrary::OneDnn)
-    onednn_set_threads(n_threads);
-  else
-    openblas_set_threads(n_threads);
-}
-
 PanelFn panel_fn(GemmLibrary library) { return library == GemmLibrary::OneDnn ? onednn_panel : openblas_panel; }
 
-// f32 weights: one library call over the whole matrix, threaded by the library.
-void gemm_f32(const LinearProblem& p, ThreadPool& pool, GemmLibrary library) {
-  set_library_threads(library, pool.n_threads());
-  panel_fn(library)(p.x, p.n_tokens, p.in_features, static_cast<const float*>(p.weight), p.weight_row_stride,
-                    p.out_features, p.bias, p.y, p.out_features);
-}
-
-// bf16/f16 weights: the pool splits the output columns; each thread widens its own
-// panels of weight rows (into its own scratch, still in its cache when multiplied) and
-// runs the library single-threaded on them. Measured ~2x faster than converting on the
-// pool and multiplying on the library's threads, which then hand the cores back and
-// forth (docs/cpu-kernels.md).
-void gemm_widened(const LinearProblem& p, ThreadPool& pool, GemmLibrary library) {
+// The pool splits the output columns; each thread runs the library single-threaded on
+// its panels of weight rows, widening bf16/f16 rows into its own scratch first (still in
+// its cache when multiplied). Measured ~2x faster than converting on the pool and
+// multiplying on the library's threads, which then hand the cores back and forth
+// (docs/cpu-kernels.md). f32 weights take the same path without the widening: a
+// whole-matrix call on oneDNN's OpenMP threads stalled small GEMMs for 8-12 ms while
+// its spinning threads and the pool's fought over the two cores (docs/mla.md).
+void gemm_split(const LinearProblem& p, ThreadPool& pool, GemmLibrary library) {
   const PanelFn panel = panel_fn(library);
   if (library == GemmLibrary::OpenBlas) openblas_set_threads(1);  // process-wide in OpenBLAS
   const int64_t m = p.n_tokens, k = p.in_features, out = p.out_features;
@@ -133,26 +119,26 @@ void gemm_widened(const LinearProblem& p, ThreadPool& pool, GemmLibrary library)
   pool.parallel_for(0, n_blocks, [&](int64_t b0, int64_t b1) {
     if (library == GemmLibrary::OneDnn) onednn_set_threads(1);  // per thread in OpenMP
     thread_local std::vector<float> scratch;
-    scratch.resize(size_t(std::min(rows, (b1 - b0) * kColumnBlock) * k));
+    if (p.weight_dtype != DType::F32) scratch.resize(size_t(std::min(rows, (b1 - b0) * kColumnBlock) * k));
     const int64_t c1 = std::min(out, b1 * kColumnBlock);
     for (int64_t r0 = b0 * kColumnBlock; r0 < c1; r0 += rows) {
       const int64_t n_rows = std::min(rows, c1 - r0);
-      // scratch[n_rows, k] = f32(W[r0 : r0 + n_rows, :])
       const char* src = static_cast<const char*>(p.weight) + r0 * p.weight_row_stride * elem_bytes;
-      convert_rows_to_f32(src, p.weight_dtype, p.weight_row_stride, n_rows, k, scratch.data());
-      // y[:, r0 : r0 + n_rows] = x · scratchᵀ + bias[r0 : r0 + n_rows]
-      panel(p.x, m, k, scratch.data(), k, n_rows, p.bias ? p.bias + r0 : nullptr, p.y + r0, out);
+      const float* w = reinterpret_cast<const float*>(src);
+      int64_t ldw = p.weight_row_stride;
+      if (p.weight_dtype != DType::F32) {  // scratch[n_rows, k] = f32(W[r0 : r0 + n_rows, :])
+        convert_rows_to_f32(src, p.weight_dtype, p.weight_row_stride, n_rows, k, scratch.data());
+        w = scratch.data();
+        ldw = k;
+      }
+      // y[:, r0 : r0 + n_rows] = x · Wᵀ + bias[r0 : r0 + n_rows]
+      panel(p.x, m, k, w, ldw, n_rows, p.bias ? p.bias + r0 : nullptr, p.y + r0, out);
     }
   });
 }
 
 }  // namespace
 
-void gemm(const LinearProblem& p, ThreadPool& pool, GemmLibrary library) {
-  if (p.weight_dtype == DType::F32)
-    gemm_f32(p, pool, library);
-  else
-    gemm_widened(p, pool, library);
-}
+void gemm(const LinearProblem& p, ThreadPool& pool, GemmLibrary library) { gemm_split(p, pool, library); }
 
 }  // namespace latentserve::cpu
