@@ -17,10 +17,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> fixture_names() {
+std::vector<std::string> fixture_names(const std::string& prefix = "") {
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(LATENTSERVE_FIXTURES_DIR))
-    if (fs::exists(entry.path() / "reference.json") && fs::exists(entry.path() / "config.json"))
+    if (fs::exists(entry.path() / "reference.json") && fs::exists(entry.path() / "config.json") &&
+        entry.path().filename().string().rfind(prefix, 0) == 0)
       names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
@@ -120,8 +121,11 @@ TEST_P(HfFixture, AllPromptsInOneRaggedBatchWithChunkedPrefill) {
 
 // MLA fixtures: the naive and absorbed paths agree with each other far inside the
 // tolerance to transformers (1e-5 relative in f32).
-TEST_P(HfFixture, MlaPathsAgree) {
-  if (models_.size() < 2) GTEST_SKIP() << "not an MLA model";
+// The DeepSeek (MLA) fixtures only.
+class MlaFixture : public HfFixture {};
+
+TEST_P(MlaFixture, PathsAgree) {
+  ASSERT_EQ(models_.size(), 3u) << "an MLA fixture loads as auto, absorbed and naive";
   std::vector<SequenceRequest> requests;
   for (const auto& p : ref_.prompts) requests.push_back({p, 4, false});
   OfflineRunner a(*models_[1].second, {64, 7}, pool_), b(*models_[2].second, {64, 7}, pool_);  // absorbed, naive
@@ -139,9 +143,9 @@ TEST_P(HfFixture, MlaPathsAgree) {
 
 // A fixture may carry its config in the older `rope_scaling` form too: both must give
 // the same RoPE tables and softmax scale.
-TEST_P(HfFixture, RopeScalingFormParsesTheSame) {
+TEST_P(MlaFixture, RopeScalingFormParsesTheSame) {
   const fs::path older = dir_ / "config_rope_scaling.json";
-  if (!fs::exists(older)) GTEST_SKIP() << "no config_rope_scaling.json";
+  ASSERT_TRUE(fs::exists(older)) << "each DeepSeek fixture carries its config in the older rope_scaling form too";
   std::ifstream in(older);
   ModelConfig a = ModelConfig::load(dir_), b = ModelConfig::from_json(nlohmann::json::parse(in), older.string());
   const int64_t rope_dim = a.mla ? a.mla->qk_rope_head_dim : a.head_dim;
@@ -153,6 +157,8 @@ TEST_P(HfFixture, RopeScalingFormParsesTheSame) {
   EXPECT_EQ(a.rope.interleaved, b.rope.interleaved);
 }
 
+INSTANTIATE_TEST_SUITE_P(Fixtures, MlaFixture, ::testing::ValuesIn(fixture_names("deepseek")),
+                         [](const auto& info) { return info.param; });
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfFixture, ::testing::ValuesIn(fixture_names()),
                          [](const auto& info) { return info.param; });
 
