@@ -2,6 +2,7 @@
 // Flattens one step's scheduled chunks into a ForwardBatch: the model runner's half
 // of the scheduler/runner contract (the scheduler decides what runs; this lays it out).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/sequence.h"
@@ -15,8 +16,22 @@ struct ScheduledChunk {
   bool all_logits = false; // logits for every new token (else only the last one, when it ends the known tokens)
 };
 
-// The blocks for every chunk must already be reserved (BlockTable::reserve).
-// want_logits[i] tells which chunk produced each row of logits (-1 if none).
+// One sequence's part of a step, whatever keeps the sequence (Sequence, Request).
+struct BatchChunk {
+  std::span<const int32_t> tokens;  // every known token of the sequence (prompt + output)
+  const BlockTable* block_table;    // must already cover first + n_tokens positions
+  int64_t first;                    // tokens before this have their KV cached
+  int64_t n_tokens;                 // computed this step
+  int64_t prompt_len;
+  bool all_logits = false;          // logits for every new token (else only for the last known token)
+};
+
+// Lays the chunks out as one ragged batch: token ids, positions, slots, block tables
+// (padded with the null block) and the logits rows. logits_owner[i] (if given) names the
+// chunk that produced logits row i.
+ForwardBatch build_forward_batch(const std::vector<BatchChunk>& chunks, int64_t block_size_tokens,
+                                 std::vector<int64_t>* logits_owner = nullptr);
+// The same for Sequences (the offline runner and the decode bench).
 ForwardBatch build_forward_batch(const std::vector<ScheduledChunk>& chunks, int64_t block_size_tokens,
                                  std::vector<int64_t>* logits_owner = nullptr);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/batch_builder.h"
 
 #include <fmt/format.h>
 
@@ -66,31 +67,17 @@ void LLMEngine::add_request(const std::string& id, std::vector<int32_t> prompt, 
 
 bool LLMEngine::abort(const std::string& id) { return scheduler_.abort(id); }
 
-ForwardBatch LLMEngine::build_batch(const StepPlan& plan) const {
-  ForwardBatch b;
-  AttentionMetadata& m = b.attention;
-  m.block_size_tokens = kv_.block_size_tokens();
-  m.query_start_loc.push_back(0);
-  for (const auto& s : plan.scheduled)
-    m.max_blocks_per_seq =
-        std::max<int64_t>(m.max_blocks_per_seq, int64_t(kv_.block_table(s.request->seq_id).blocks().size()));
-  m.block_tables.assign(plan.scheduled.size() * size_t(m.max_blocks_per_seq), 0);  // 0: the null block
-  for (size_t i = 0; i < plan.scheduled.size(); ++i) {
-    const Request& r = *plan.scheduled[i].request;
-    const BlockTable& table = kv_.block_table(r.seq_id);
-    const int64_t first = r.n_computed_tokens, end = first + plan.scheduled[i].n_tokens;
-    for (int64_t pos = first; pos < end; ++pos) {
-      if (pos == end - 1 && end == r.n_tokens()) b.logits_indices.push_back(int32_t(b.token_ids.size()));
-      b.token_ids.push_back(r.token_at(pos));
-      b.positions.push_back(int32_t(pos));
-      m.slot_mapping.push_back(table.slot(pos));
-    }
-    m.query_start_loc.push_back(int32_t(b.token_ids.size()));
-    m.seq_lens.push_back(int32_t(end));
-    b.prompt_lens.push_back(int32_t(r.prompt.size()));
-    std::copy(table.blocks().begin(), table.blocks().end(), m.block_tables.begin() + int64_t(i) * m.max_blocks_per_seq);
+ForwardBatch LLMEngine::build_batch(const StepPlan& plan, std::vector<std::vector<int32_t>>& tokens) const {
+  tokens.clear();
+  tokens.reserve(plan.scheduled.size());  // the chunks' spans point into these
+  std::vector<BatchChunk> chunks;
+  for (const auto& s : plan.scheduled) {
+    const Request& r = *s.request;
+    tokens.push_back(r.all_tokens());
+    chunks.push_back({tokens.back(), &kv_.block_table(r.seq_id), r.n_computed_tokens, s.n_tokens,
+                      int64_t(r.prompt.size()), false});
   }
-  return b;
+  return build_forward_batch(chunks, kv_.block_size_tokens());
 }
 
 bool LLMEngine::update_text(Request& r, int32_t token, RequestOutput& out) {
@@ -125,7 +112,8 @@ std::vector<RequestOutput> LLMEngine::step() {
 
   std::vector<RequestOutput> outputs;
   if (!plan.empty()) {
-    ForwardBatch batch = build_batch(plan);
+    std::vector<std::vector<int32_t>> tokens;
+    ForwardBatch batch = build_batch(plan, tokens);
     const size_t vocab = size_t(model_.vocab_size());
     logits_.resize(batch.logits_indices.size() * vocab);
     model_.forward(batch, kv_memory_, logits_.data());

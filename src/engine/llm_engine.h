@@ -58,7 +58,8 @@ class LLMEngine {
   int64_t block_size_tokens() const { return kv_.block_size_tokens(); }
 
  private:
-  ForwardBatch build_batch(const StepPlan& plan) const;
+  // `tokens` keeps each scheduled request's tokens alive while the batch is built.
+  ForwardBatch build_batch(const StepPlan& plan, std::vector<std::vector<int32_t>>& tokens) const;
   // Appends the token's text; true when a stop string ended the request.
   bool update_text(Request& r, int32_t token, RequestOutput& out);
 
