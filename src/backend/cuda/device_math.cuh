@@ -1,0 +1,34 @@
+#pragma once
+// Small device helpers shared by the kernels: bf16 / fp8 conversions, warp reductions.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+namespace latentserve::cuda {
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+__device__ __forceinline__ float bf16_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// e4m3fn byte -> f32 (hardware conversion on sm_89+).
+__device__ __forceinline__ float fp8_e4m3_to_f32(unsigned char code) {
+  __nv_fp8_e4m3 v;
+  v.__x = code;
+  return float(v);
+}
+
+// f32 -> e4m3fn, round to nearest even, saturating at ±448 (NaN stays NaN).
+__device__ __forceinline__ unsigned char f32_to_fp8_e4m3(float x) {
+  return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+}
+
+}  // namespace latentserve::cuda
