@@ -469,7 +469,8 @@ class ObservedModel final : public CausalLM {
     }
   }
 
-  void forward(const ForwardBatch& batch, cpu::CpuKvCache& kv, float* logits) override {
+  void forward(const ForwardBatch& batch, KvCacheMemory& kv_memory, float* logits) override {
+    cpu::CpuKvCache& kv = cpu::as_cpu_kv_cache(kv_memory);
     const int64_t slots = kv.n_blocks() * kv.block_size_tokens(), row = kv.k_row_elements();
     if (poison_next_) {
       float poison;

@@ -22,8 +22,7 @@ KvCacheConfig kv_config(const CausalLM& model, const EngineConfig& c) {
   if (!is_supported_block_size(k.block_size_tokens))
     fail("--block-size must be 16, 32, 64 or 128, got {}", k.block_size_tokens);
   // Bytes of one block in this cache format (rows of every layer plus their scales).
-  const cpu::CpuKvCache one_block(spec, model.n_layer(), 1, k.block_size_tokens, c.kv_options);
-  const int64_t block_bytes = int64_t(one_block.bytes_per_token() * double(k.block_size_tokens) + 0.5);
+  const int64_t block_bytes = model.kv_block_bytes(k.block_size_tokens, c.kv_options);
   k.n_usable_blocks = c.n_kv_blocks > 0 ? c.n_kv_blocks : c.kv_cache_bytes / block_bytes;
   if (k.n_usable_blocks < 1)
     fail("the KV cache budget of {} bytes holds no block of {} tokens ({} bytes each)", c.kv_cache_bytes,
@@ -43,7 +42,7 @@ LLMEngine::LLMEngine(CausalLM& model, EngineConfig config, ThreadPool& pool, con
       tokenizer_(tokenizer),
       pool_(pool),
       kv_(kv_config(model, config)),
-      kv_memory_(model.attention_spec(), model.n_layer(), kv_.n_blocks(), kv_.block_size_tokens(), config.kv_options),
+      kv_memory_(model.make_kv_cache(kv_.n_blocks(), kv_.block_size_tokens(), config.kv_options)),
       scheduler_(config.scheduler, kv_) {}
 
 void LLMEngine::add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params,
@@ -116,7 +115,7 @@ std::vector<RequestOutput> LLMEngine::step() {
     ForwardBatch batch = build_batch(plan, tokens);
     const size_t vocab = size_t(model_.vocab_size());
     logits_.resize(batch.logits_indices.size() * vocab);
-    model_.forward(batch, kv_memory_, logits_.data());
+    model_.forward(batch, *kv_memory_, logits_.data());
     metrics_.forward_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
     for (const auto& s : plan.scheduled)
       if (s.request->n_computed_tokens < int64_t(s.request->prompt.size()))

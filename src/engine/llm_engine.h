@@ -67,7 +67,7 @@ class LLMEngine {
   const tokenizer::Tokenizer* tokenizer_;
   ThreadPool& pool_;
   KvCacheManager kv_;
-  cpu::CpuKvCache kv_memory_;
+  std::unique_ptr<KvCacheMemory> kv_memory_;  // made by the model: host or device memory
   Scheduler scheduler_;
   Sampler sampler_;
   EngineMetrics metrics_;

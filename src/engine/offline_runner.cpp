@@ -34,7 +34,8 @@ std::vector<SequenceResult> OfflineRunner::run(const std::vector<SequenceRequest
   }
   // Enough blocks for every sequence at full length: this runner never preempts.
   BlockPool block_pool(std::max<int64_t>(n_blocks, 1), bs);
-  cpu::CpuKvCache kv(model_.attention_spec(), model_.n_layer(), block_pool.n_blocks(), bs, options_.kv_options);
+  std::unique_ptr<KvCacheMemory> kv_memory = model_.make_kv_cache(block_pool.n_blocks(), bs, options_.kv_options);
+  KvCacheMemory& kv = *kv_memory;
   stats_ = {};
   stats_.n_kv_blocks = block_pool.n_blocks();
   stats_.kv_cache_bytes = kv.bytes();

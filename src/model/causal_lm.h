@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <vector>
 
 #include "attention/attention_spec.h"
 #include "backend/cpu/cpu_kv_cache.h"
@@ -20,10 +21,32 @@ class CausalLM {
   int64_t n_layer() const { return config().n_layer; }
   int64_t vocab_size() const { return config().vocab_size; }
 
-  // Runs the batch: writes each new token's K/V into its slot of `kv`, reads the
-  // context through the block tables, and writes
-  // logits: [batch.logits_indices.size(), vocab_size].
-  virtual void forward(const ForwardBatch& batch, cpu::CpuKvCache& kv, float* logits) = 0;
+  // Where the model computes: "cpu" or "cuda".
+  virtual std::string_view device() const { return "cpu"; }
+
+  // The KV cache memory this model's forward reads and writes (default: the CPU cache),
+  // and the bytes one block of it takes in every layer (rows and scales), for sizing.
+  virtual std::unique_ptr<KvCacheMemory> make_kv_cache(int64_t n_blocks, int64_t block_size_tokens,
+                                                       const cpu::KvCacheOptions& options) const;
+  virtual int64_t kv_block_bytes(int64_t block_size_tokens, const cpu::KvCacheOptions& options) const;
+
+  // A GPU model reserves its activation memory for steps of up to these sizes and returns
+  // the bytes left for the KV cache under --gpu-memory-utilization (weights, activations
+  // and a reserve counted). A CPU model returns -1: the caller's own budget stands.
+  virtual int64_t plan_device_memory(int64_t max_batched_tokens, int64_t max_num_seqs, double gpu_memory_utilization) {
+    (void)max_batched_tokens, (void)max_num_seqs, (void)gpu_memory_utilization;
+    return -1;
+  }
+
+  // Runs the batch: writes each new token's K/V into its slot of `kv` (made by
+  // make_kv_cache), reads the context through the block tables, and writes
+  // logits: [batch.logits_indices.size(), vocab_size] (host memory).
+  virtual void forward(const ForwardBatch& batch, KvCacheMemory& kv, float* logits) = 0;
+
+  // The greedy next token of each logits row: next_tokens[batch.logits_indices.size()].
+  // A GPU model picks them on the device, so logits never cross to the host; the default
+  // runs forward() and takes the host argmax (lowest id on ties).
+  virtual void forward_greedy(const ForwardBatch& batch, KvCacheMemory& kv, int32_t* next_tokens);
 };
 
 }  // namespace latentserve

@@ -108,7 +108,8 @@ class DeepseekModel final : public CausalLM {
   const ModelConfig& config() const override { return config_; }
   AttentionSpec attention_spec() const override { return spec_; }
 
-  void forward(const ForwardBatch& batch, cpu::CpuKvCache& kv, float* logits) override {
+  void forward(const ForwardBatch& batch, KvCacheMemory& kv_memory, float* logits) override {
+    cpu::CpuKvCache& kv = cpu::as_cpu_kv_cache(kv_memory);
     const ModelConfig& c = config_;
     const int64_t T = batch.n_tokens(), H = c.hidden_size;
     if (T == 0) return;

@@ -49,7 +49,7 @@ TensorView SyntheticWeights::get(const std::string& name, std::initializer_list<
   view.data = buffer.data();
   bytes_ += int64_t(buffer.size());
 
-  const bool is_norm = name.find("norm") != std::string::npos;
+  const bool is_norm = is_norm_weight(name);
   const double half_width = is_norm ? 0.1 : 1.0 / std::sqrt(double(view.dim(-1)));
   uint64_t state = seed_ ^ std::hash<std::string>{}(name);
   for (int64_t i = 0; i < n; ++i) {

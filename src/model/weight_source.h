@@ -43,6 +43,9 @@ class SyntheticWeights final : public WeightSource {
   TensorView get(const std::string& name, std::initializer_list<int64_t> shape) override;
   bool has(const std::string& name) const override { return true; }
   int64_t bytes() const { return bytes_; }
+  uint64_t seed() const { return seed_; }
+  // The rule get() draws by: norm weights (name contains "norm") 1 ± 0.1, others 0 ± 1/sqrt(last dim).
+  static bool is_norm_weight(const std::string& name) { return name.find("norm") != std::string::npos; }
 
  private:
   DType dtype_;

@@ -186,8 +186,9 @@ class DamagingModel final : public CausalLM {
       : inner_(std::move(inner)), stale_(stale), extra_(extra) {}
   const ModelConfig& config() const override { return inner_->config(); }
   AttentionSpec attention_spec() const override { return inner_->attention_spec(); }
-  void forward(const ForwardBatch& batch, cpu::CpuKvCache& kv, float* logits) override {
-    inner_->forward(batch, kv, logits);
+  void forward(const ForwardBatch& batch, KvCacheMemory& kv_memory, float* logits) override {
+    inner_->forward(batch, kv_memory, logits);
+    cpu::CpuKvCache& kv = cpu::as_cpu_kv_cache(kv_memory);
     const int64_t row = kv.k_row_elements();
     if (stale_ && batch.n_tokens() > 1)
       for (int64_t i = 0; i < row; ++i) kv.k(0)[batch.attention.slot_mapping[0] * row + i] *= 2.0f;

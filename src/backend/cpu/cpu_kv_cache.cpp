@@ -253,4 +253,10 @@ void CpuKvCache::copy_block(int64_t src_block, int64_t dst_block) {
   }
 }
 
+CpuKvCache& as_cpu_kv_cache(KvCacheMemory& kv) {
+  auto* cpu = dynamic_cast<CpuKvCache*>(&kv);
+  if (!cpu) fail("a CPU model was handed a KV cache on '{}' (expected the CPU cache it makes)", kv.device());
+  return *cpu;
+}
+
 }  // namespace latentserve::cpu

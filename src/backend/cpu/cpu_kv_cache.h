@@ -31,6 +31,7 @@
 
 #include "attention/attention_spec.h"
 #include "backend/cpu/kv_quant.h"
+#include "backend/kv_cache_memory.h"
 
 namespace latentserve::cpu {
 
@@ -59,7 +60,7 @@ struct KvQuantStats {
   int64_t rescaled_elements = 0;      // codes re-scaled by those
 };
 
-class CpuKvCache {
+class CpuKvCache final : public KvCacheMemory {
  public:
   CpuKvCache(const AttentionSpec& spec, int64_t n_layer, int64_t n_blocks, int64_t block_size_tokens,
              const KvCacheOptions& options = {});
@@ -73,7 +74,8 @@ class CpuKvCache {
   KvRows k_rows(int64_t layer) const;
   KvRows v_rows(int64_t layer) const;
   // Copies block src's rows and per-block scales to block dst in every layer (copy on write).
-  void copy_block(int64_t src_block, int64_t dst_block);
+  void copy_block(int64_t src_block, int64_t dst_block) override;
+  std::string_view device() const override { return "cpu"; }
 
   // The raw f32 rows of an F32 cache (throws Error for BF16 / F8_E4M3). MLA: v() is nullptr.
   float* k(int64_t layer);
@@ -84,9 +86,9 @@ class CpuKvCache {
   int64_t k_row_elements() const { return k_.row_elements; }
   int64_t v_row_elements() const { return v_.row_elements; }
   int64_t n_layer() const { return n_layer_; }
-  int64_t n_blocks() const { return n_blocks_; }
+  int64_t n_blocks() const override { return n_blocks_; }
   int64_t block_size_tokens() const { return block_size_tokens_; }
-  int64_t bytes() const { return bytes_; }  // rows and scales, all layers
+  int64_t bytes() const override { return bytes_; }  // rows and scales, all layers
   double bytes_per_token() const;           // rows of all layers, plus per-block scales amortised
   const KvQuantStats& stats() const { return stats_; }
 
@@ -112,5 +114,8 @@ class CpuKvCache {
   std::vector<float> need_;       // scratch: per scale index, the largest |x| of this write (-1: untouched)
   std::vector<int64_t> touched_;  // scratch: the scale indices this write touched
 };
+
+// The CPU cache behind a KvCacheMemory; an Error when the cache lives elsewhere.
+CpuKvCache& as_cpu_kv_cache(KvCacheMemory& kv);
 
 }  // namespace latentserve::cpu
