@@ -2,9 +2,10 @@
 // Each input line: {"id", "prompt" (text; needs tokenizer.json) or "tokens": [...],
 // "max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
 // "presence_penalty", "frequency_penalty", "seed", "stop": [...], "stop_token_ids",
-// "ignore_eos", "logprobs"}. Each output line: id, tokens, text, finish_reason and the
+// "ignore_eos", "logprobs", "n"}. Each output line: id, tokens, text, finish_reason and the
 // request's TTFT, TPOT and prompt / cached / generated token counts (and, when asked,
-// "logprobs": per token its logprob and the top ones). Engine metrics
+// "logprobs": per token its logprob and the top ones); with n > 1, "choices": one such
+// object per completion with its "index". Engine metrics
 // are printed at the end; a progress bar shows on a terminal.
 #include <fmt/format.h>
 #include <unistd.h>
@@ -30,7 +31,7 @@ struct BatchArgs {
   ModelArgs model;
   std::string input, output;
   int64_t max_num_seqs = 64;
-  int64_t kv_cache_mb = 1024;
+  int64_t kv_cache_mb = -1;  // -1: 1024 on the CPU, what the GPU has left on cuda
   bool no_prefix_caching = false;
 };
 
@@ -49,6 +50,7 @@ SamplingParams sampling_params_from(const nlohmann::json& j, const std::string& 
   number("presence_penalty", p.presence_penalty);
   number("frequency_penalty", p.frequency_penalty);
   number("max_tokens", p.max_tokens);
+  number("n", p.n);
   if (j.contains("seed") && !j["seed"].is_null()) {
     if (!j["seed"].is_number_integer()) fail("{}: field 'seed' must be an integer", where);
     p.seed = j["seed"].get<uint64_t>();
@@ -90,9 +92,18 @@ int run_batch(const BatchArgs& a) {
   const auto tok_path = std::filesystem::path(a.model.model_dir) / "tokenizer.json";
   if (std::filesystem::exists(tok_path)) tok = tokenizer::Tokenizer::from_file(tok_path.string());
 
+  const int64_t kv_cache_mb = a.kv_cache_mb >= 0 ? a.kv_cache_mb : a.model.device == "cuda" ? 0 : 1024;
   EngineConfig config;
   config.block_size_tokens = a.model.block_size;
-  config.kv_cache_bytes = a.kv_cache_mb << 20;
+  config.kv_cache_bytes = kv_cache_mb << 20;
+  if (kv_cache_mb == 0) {  // a device model sizes the cache from what the GPU has left
+    const int64_t budget = model->plan_device_memory(a.model.max_batched_tokens, a.max_num_seqs,
+                                                     a.model.gpu_memory_utilization);
+    if (budget < 0) fail("--kv-cache-mb 0 (size from the device) needs --device cuda; on the CPU give the MiB");
+    config.kv_cache_bytes = budget;
+    fmt::print(stderr, "KV cache: {:.2f} GiB of device memory (--gpu-memory-utilization {})\n",
+               double(budget) / double(1 << 30), a.model.gpu_memory_utilization);
+  }
   config.enable_prefix_caching = !a.no_prefix_caching;
   config.kv_options = a.model.kv_options();
   config.scheduler.max_num_seqs = a.max_num_seqs;
@@ -104,6 +115,7 @@ int run_batch(const BatchArgs& a) {
   std::string line;
   int64_t line_no = 0, total = 0;
   std::vector<std::string> order;
+  std::map<std::string, int32_t> n_completions;  // id -> n
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -135,7 +147,9 @@ int run_batch(const BatchArgs& a) {
       else fail("{}: field 'stop' must be a string or a list of strings", where);
     }
     try {
-      engine.add_request(id, std::move(prompt), sampling_params_from(j, where), std::move(stop));
+      SamplingParams params = sampling_params_from(j, where);
+      n_completions[id] = params.n;
+      engine.add_request(id, std::move(prompt), std::move(params), std::move(stop));
     } catch (const Error& e) {
       fail("{}: {}", where, e.what());
     }
@@ -154,10 +168,10 @@ int run_batch(const BatchArgs& a) {
       for (const auto& sample : o.new_samples) {
         nlohmann::json top = nlohmann::json::array();
         for (const auto& t : sample.top_logprobs) top.push_back({{"token", t.token}, {"logprob", t.logprob}});
-        logprobs[o.id].push_back({{"token", sample.token}, {"logprob", sample.logprob}, {"top_logprobs", top}});
+        logprobs[o.index == 0 ? o.id : fmt::format("{}\x1f{}", o.id, o.index)].push_back({{"token", sample.token}, {"logprob", sample.logprob}, {"top_logprobs", top}});
       }
       if (!o.finished) continue;
-      results[o.id] = {{"id", o.id},
+      nlohmann::json result = {{"id", o.id},
                        {"tokens", o.output_tokens},
                        {"text", o.text},
                        {"finish_reason", o.finish_reason},
@@ -167,7 +181,20 @@ int run_batch(const BatchArgs& a) {
                        {"cached_tokens", o.n_cached_tokens},
                        {"generated_tokens", o.output_tokens.size()},
                        {"preemptions", o.n_preemptions}};
-      if (logprobs.count(o.id)) results[o.id]["logprobs"] = std::move(logprobs[o.id]);
+      const std::string key = o.index == 0 ? o.id : fmt::format("{}\x1f{}", o.id, o.index);
+      if (logprobs.count(key)) result["logprobs"] = std::move(logprobs[key]);
+      if (n_completions[o.id] == 1) {
+        results[o.id] = std::move(result);
+      } else {  // n > 1: one line with a "choices" list in index order (OpenAI's shape)
+        result.erase("id");
+        result["index"] = o.index;
+        nlohmann::json& line = results[o.id];
+        line["id"] = o.id;
+        if (!line.contains("choices")) line["choices"] = nlohmann::json::array();
+        line["choices"].push_back(std::move(result));
+        std::sort(line["choices"].begin(), line["choices"].end(),
+                  [](const auto& x, const auto& y) { return x["index"].template get<int>() < y["index"].template get<int>(); });
+      }
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (tty) draw_progress(int64_t(results.size()), total, engine.metrics().generated_tokens, seconds);
@@ -188,7 +215,7 @@ Command add_batch_command(CLI::App& app) {
   cmd->add_option("--input", args->input, "requests, one JSON object per line")->required();
   cmd->add_option("--output", args->output, "results, one JSON object per line, in input order")->required();
   cmd->add_option("--max-num-seqs", args->max_num_seqs, "requests running at once");
-  cmd->add_option("--kv-cache-mb", args->kv_cache_mb, "KV cache memory in MiB");
+  cmd->add_option("--kv-cache-mb", args->kv_cache_mb, "KV cache memory in MiB (default 1024 on cpu; on cuda, what --gpu-memory-utilization leaves)");
   cmd->add_flag("--no-enable-prefix-caching", args->no_prefix_caching, "turn prefix caching off");
   return {cmd, [args] { return run_batch(*args); }};
 }

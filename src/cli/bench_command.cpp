@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -30,6 +31,10 @@
 #include "model/architectures.h"
 #include "perf/planner.h"
 #include "perf/presets.h"
+#ifdef LATENTSERVE_HAVE_CUDA
+#include "backend/cuda/cuda_kv_cache.h"
+#include "backend/cuda/cuda_machine_probe.h"
+#endif
 
 namespace latentserve::cli {
 
@@ -38,6 +43,8 @@ namespace {
 struct BenchArgs {
   std::string synthetic = "tiny-bench", attention = "mha,gqa8,mqa", batch = "1,8", context = "1024,8192";
   std::string json_path = "bench-decode.json", fill = "random";
+  std::string device = "cpu", kv_cache_dtype = "auto", model_dir;
+  double gpu_memory_utilization = 0.9;
   int64_t steps = 5, warmup = 1, block_size = 16, prefill_chunk = 512;
   int threads = 0;
 };
@@ -118,7 +125,8 @@ SourceKv prefill_source(CausalLM& model, const std::vector<int32_t>& tokens, int
     for (int64_t p = 0; p < n; ++p) {
       const int64_t slot = seq.block_table.slot(p);
       std::memcpy(&s.k.back()[size_t(p * row_floats)], kv.k(l) + slot * row_floats, size_t(row_floats) * 4);
-      std::memcpy(&s.v.back()[size_t(p * row_floats)], kv.v(l) + slot * row_floats, size_t(row_floats) * 4);
+      if (kv.v(l))  // MLA caches one latent row, no V
+        std::memcpy(&s.v.back()[size_t(p * row_floats)], kv.v(l) + slot * row_floats, size_t(row_floats) * 4);
     }
   }
   return s;
@@ -148,7 +156,7 @@ Measured time_decode(CausalLM& model, const SourceKv& source, const std::vector<
       for (int64_t p = 0; p < context; ++p) {
         const int64_t slot = s.block_table.slot(p), rf = source.row_floats;
         std::memcpy(kv.k(l) + slot * rf, &source.k[size_t(l)][size_t(p * rf)], size_t(rf) * 4);
-        std::memcpy(kv.v(l) + slot * rf, &source.v[size_t(l)][size_t(p * rf)], size_t(rf) * 4);
+        if (float* v = kv.v(l)) std::memcpy(v + slot * rf, &source.v[size_t(l)][size_t(p * rf)], size_t(rf) * 4);
       }
   }
   std::vector<float> logits(size_t(batch * model.vocab_size()));
@@ -174,6 +182,53 @@ Measured time_decode(CausalLM& model, const SourceKv& source, const std::vector<
   return {median * 1e3, double(context + a.warmup) + double(a.steps - 1) / 2};
 }
 
+#ifdef LATENTSERVE_HAVE_CUDA
+// The GPU version of time_decode: `batch` sequences with `context` random tokens in a
+// device KV cache (random rows: a decode step reads the same bytes whatever the values),
+// then warmup + steps decode steps through forward_greedy (tokens picked on the device).
+// Each step's time is the host's wall clock around the whole call: the batch upload, the
+// graph replay (or eager kernels) and the copy of the tokens back, so it is the TPOT an
+// engine step pays. Returns nullopt when the cache would not fit in device memory.
+std::optional<Measured> time_decode_cuda(CausalLM& model, const std::vector<int32_t>& prompt, int64_t batch,
+                                         int64_t context, const BenchArgs& a, const cpu::KvCacheOptions& kv_options) {
+  const int64_t bs = a.block_size, total = context + a.warmup + a.steps;
+  const int64_t blocks_per_seq = (total + bs - 1) / bs;
+  const int64_t budget = model.plan_device_memory(batch, batch, a.gpu_memory_utilization);
+  const int64_t n_blocks = batch * blocks_per_seq + 1;
+  if (n_blocks * model.kv_block_bytes(bs, kv_options) > budget) return std::nullopt;
+  BlockPool pool(n_blocks, bs);
+  std::unique_ptr<KvCacheMemory> kv = model.make_kv_cache(pool.n_blocks(), bs, kv_options);
+  cuda::as_cuda_kv_cache(*kv).fill_random(uint64_t(batch * 1000003 + context));
+  std::vector<Sequence> seqs;
+  seqs.reserve(size_t(batch));
+  for (int64_t i = 0; i < batch; ++i) {
+    std::vector<int32_t> tokens(prompt.begin(), prompt.begin() + context + 1);
+    seqs.emplace_back(i, std::move(tokens), bs);
+    if (!seqs.back().block_table.reserve(total, pool)) fail("bench: block pool too small");
+    seqs.back().n_computed_tokens = context;
+  }
+  std::vector<int32_t> next(static_cast<size_t>(batch));
+  std::vector<double> seconds;
+  for (int64_t step = 0; step < a.warmup + a.steps; ++step) {
+    std::vector<ScheduledChunk> chunks;
+    for (auto& s : seqs) chunks.push_back({&s, 1, false});
+    ForwardBatch b = build_forward_batch(chunks, bs);
+    const auto t0 = std::chrono::steady_clock::now();
+    model.forward_greedy(b, *kv, next.data());
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (step >= a.warmup) seconds.push_back(dt);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      seqs[i].n_computed_tokens += 1;
+      seqs[i].tokens.push_back(next[i]);
+    }
+  }
+  std::sort(seconds.begin(), seconds.end());
+  const size_t n = seconds.size();
+  const double median = n % 2 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
+  return Measured{median * 1e3, double(context + a.warmup) + double(a.steps - 1) / 2};
+}
+#endif
+
 int run_bench_decode(const BenchArgs& a) {
   if (a.steps <= 0) fail("--steps must be at least 1, got {}", a.steps);
   const perf::ModelShape backbone = perf::model_preset(a.synthetic, "--synthetic");
@@ -186,15 +241,49 @@ int run_bench_decode(const BenchArgs& a) {
   if (a.fill != "random" && a.fill != "prefill") fail("--fill must be random or prefill, got '{}'", a.fill);
   if (a.prefill_chunk <= 0) fail("--prefill-chunk must be positive, got {}", a.prefill_chunk);
 
+  const bool on_gpu = a.device == "cuda";
+  if (a.device != "cpu" && !on_gpu) fail("--device: expected cpu or cuda, found '{}'", a.device);
+  if (on_gpu && a.fill != "random") fail("--fill prefill is CPU-only: on cuda the context is random KV rows");
+#ifndef LATENTSERVE_HAVE_CUDA
+  if (on_gpu) fail("--device cuda: this latentserve was built without the CUDA backend");
+#endif
+  cpu::KvCacheOptions kv_options;
+  kv_options.dtype = cpu::parse_kv_cache_dtype(a.kv_cache_dtype);
+  if (on_gpu && kv_options.dtype == DType::F32) kv_options.dtype = DType::BF16;  // auto on the GPU
+  if (!on_gpu && kv_options.dtype != DType::F32) fail("--kv-cache-dtype: the CPU bench runs the f32 cache only");
+  kv_options.scale = cpu::KvScaleGranularity::PerHead;
+  const DType kv_dtype = kv_options.dtype;
+
   ThreadPool pool(a.threads);
-  fmt::print("measuring this machine ({}, {} threads)...\n", cpu_model_name(), pool.n_threads());
-  const perf::HardwareSpec cpu = perf::measure_cpu_spec(pool);
-  fmt::print("  read bandwidth {:.2f} GB/s, sgemm {:.1f} GFLOP/s, memory {}\n", cpu.memory_bandwidth_bytes_per_s / 1e9,
-             cpu.peak_flops_per_s / 1e9, perf::format_bytes(double(cpu.memory_bytes)));
-  fmt::print("backbone {} ({} layers, hidden {}, {} heads x {}), bf16 weights, f32 KV cache (the CPU engine's), "
-             "context filled by {}, {} timed steps after {} warm-up\n\n",
+  perf::HardwareSpec cpu;  // the machine whose roofs give the floor: this CPU, or the GPU
+  std::string machine;
+  nlohmann::json machine_json;
+  if (on_gpu) {
+#ifdef LATENTSERVE_HAVE_CUDA
+    const cuda::CudaDevice device(0);
+    fmt::print("measuring this GPU ({})...\n", device.name());
+    cpu = cuda::measured_gpu_spec(device, cuda::measure_roofs(device));
+    machine = device.name();
+    machine_json = {{"gpu", machine}, {"read_roof_tb_per_s", cpu.memory_bandwidth_bytes_per_s / 1e12},
+                    {"bf16_gemm_tflop_per_s", cpu.peak_flops_per_s / 1e12}, {"memory_bytes", cpu.memory_bytes}};
+    fmt::print("  read roof {:.2f} TB/s, bf16 GEMM {:.0f} TFLOP/s, memory {}\n", cpu.memory_bandwidth_bytes_per_s / 1e12,
+               cpu.peak_flops_per_s / 1e12, perf::format_bytes(double(cpu.memory_bytes)));
+#endif
+  } else {
+    fmt::print("measuring this machine ({}, {} threads)...\n", cpu_model_name(), pool.n_threads());
+    cpu = perf::measure_cpu_spec(pool);
+    machine = cpu_model_name();
+    machine_json = {{"cpu", machine}, {"threads", pool.n_threads()},
+                    {"read_bandwidth_gb_per_s", cpu.memory_bandwidth_bytes_per_s / 1e9},
+                    {"sgemm_gflop_per_s", cpu.peak_flops_per_s / 1e9}, {"memory_bytes", cpu.memory_bytes}};
+    fmt::print("  read bandwidth {:.2f} GB/s, sgemm {:.1f} GFLOP/s, memory {}\n", cpu.memory_bandwidth_bytes_per_s / 1e9,
+               cpu.peak_flops_per_s / 1e9, perf::format_bytes(double(cpu.memory_bytes)));
+  }
+  fmt::print("backbone {} ({} layers, hidden {}, {} heads x {}), bf16 weights, {} KV cache, "
+             "context filled by {}, {} timed steps after {} warm-up{}\n\n",
              backbone.name, backbone.n_layer, backbone.hidden_size, backbone.attention.n_head,
-             backbone.attention.head_dim_qk, a.fill, a.steps, a.warmup);
+             backbone.attention.head_dim_qk, cpu::kv_cache_dtype_name(kv_dtype), a.fill, a.steps, a.warmup,
+             on_gpu ? ", CUDA graphs for decode" : "");
   fmt::print("{:<6} {:>6} {:>8} {:>12} {:>12} {:>8} {:>10} {:>10} {:>8}\n", "attn", "batch", "context",
              "measured ms", "floor ms", "ratio", "weights MB", "KV MB", "bound");
 
@@ -206,34 +295,48 @@ int run_bench_decode(const BenchArgs& a) {
   for (const auto& kind : kinds) {
     perf::ModelShape shape = perf::with_attention(backbone, kind, "--attention");
     shape.weight_dtype = DType::BF16;
-    const perf::TpKvLayout layout = perf::tp_kv_layout(shape.attention, shape.n_layer, DType::F32, 1);
-    const bool runnable = shape.attention.kind != AttentionKind::MLA;
+    const perf::TpKvLayout layout = perf::tp_kv_layout(shape.attention, shape.n_layer, kv_dtype, 1);
+    const bool is_mla = shape.attention.kind == AttentionKind::MLA;
+    const bool runnable = !(is_mla && on_gpu);  // MLA runs on the CPU engine only (no CUDA MLA kernels yet)
     std::unique_ptr<CausalLM> model;
     SourceKv source;
     if (runnable) {
       const ModelConfig config =
           ModelConfig::from_json(nlohmann::json::parse(perf::preset_config_json(shape)), shape.name);
-      model = build_causal_lm(config, std::make_unique<SyntheticWeights>(DType::BF16, 1234), pool);
-      const int64_t row = shape.attention.n_head_kv * shape.attention.head_dim_qk;
+      ModelOptions options;
+      options.device = a.device;
+      model = build_causal_lm(config, std::make_unique<SyntheticWeights>(DType::BF16, 1234), pool, options);
+      // Cached floats per token and layer: K (and as many V) rows, or MLA's one latent row.
+      const int64_t row = is_mla ? shape.attention.kv_lora_rank + shape.attention.qk_rope_head_dim
+                                 : shape.attention.n_head_kv * shape.attention.head_dim_qk;
       const auto t0 = std::chrono::steady_clock::now();
-      source = a.fill == "prefill"
-                   ? prefill_source(*model, {prompt.begin(), prompt.begin() + max_ctx}, row, a.block_size, a.prefill_chunk)
-                   : random_source(shape.n_layer, max_ctx, row, 42);
+      if (!on_gpu)
+        source = a.fill == "prefill"
+                     ? prefill_source(*model, {prompt.begin(), prompt.begin() + max_ctx}, row, a.block_size, a.prefill_chunk)
+                     : random_source(shape.n_layer, max_ctx, row, 42);
       if (a.fill == "prefill")
         fmt::print("  ({}: prefill of {} tokens took {:.1f} s)\n", kind, max_ctx,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     } else {
-      fmt::print("{:<6} MLA is not yet runnable in the engine: predicted floors only\n", kind);
+      fmt::print("{:<6} MLA has no CUDA kernels yet: predicted floors only\n", kind);
     }
     for (int64_t ctx : contexts)
       for (int64_t batch : batches) {
         Measured m{0, double(ctx + a.warmup) + double(a.steps - 1) / 2};
-        if (runnable) m = time_decode(*model, source, prompt, batch, ctx, a);
+        bool measured_here = runnable;
+        if (runnable && !on_gpu) m = time_decode(*model, source, prompt, batch, ctx, a);
+#ifdef LATENTSERVE_HAVE_CUDA
+        if (runnable && on_gpu) {
+          const auto gpu_m = time_decode_cuda(*model, prompt, batch, ctx, a, kv_options);
+          if (gpu_m) m = *gpu_m;
+          measured_here = gpu_m.has_value();
+        }
+#endif
         // The floor at the mean context of the timed steps.
         const perf::StepCost floor =
             perf::decode_step(shape, cpu, batch, int64_t(m.mean_context_tokens + 0.5), layout);
-        const std::string measured = runnable ? fmt::format("{:.2f}", m.tpot_ms) : "n/a";
-        const std::string ratio = runnable ? fmt::format("{:.2f}", m.tpot_ms / floor.time_ms) : "n/a";
+        const std::string measured = measured_here ? fmt::format("{:.2f}", m.tpot_ms) : runnable ? "no room" : "n/a";
+        const std::string ratio = measured_here ? fmt::format("{:.2f}", m.tpot_ms / floor.time_ms) : "n/a";
         fmt::print("{:<6} {:>6} {:>8} {:>12} {:>12.2f} {:>8} {:>10.1f} {:>10.1f} {:>8}\n", kind, batch, ctx, measured,
                    floor.time_ms, ratio, floor.weight_bytes / 1e6, floor.kv_bytes / 1e6, floor.dominant_term());
         nlohmann::json row = {{"attention", kind}, {"batch", batch}, {"context_tokens", ctx},
@@ -242,7 +345,8 @@ int run_bench_decode(const BenchArgs& a) {
                               {"predicted_compute_ms", floor.compute_ms}, {"weight_bytes", floor.weight_bytes},
                               {"kv_bytes", floor.kv_bytes}, {"flops", floor.flops},
                               {"dominant_term", floor.dominant_term()}};
-        if (runnable) {
+        if (runnable && !measured_here) row["not_measured"] = "the KV cache does not fit in device memory";
+        if (measured_here) {
           row["measured_tpot_ms"] = m.tpot_ms;
           row["measured_over_floor"] = m.tpot_ms / floor.time_ms;
           row["achieved_bandwidth_gb_per_s"] = floor.bytes() / (m.tpot_ms / 1e3) / 1e9;
@@ -252,13 +356,12 @@ int run_bench_decode(const BenchArgs& a) {
       }
   }
   const nlohmann::json out = {
-      {"machine", {{"cpu", cpu_model_name()}, {"threads", pool.n_threads()},
-                   {"read_bandwidth_gb_per_s", cpu.memory_bandwidth_bytes_per_s / 1e9},
-                   {"sgemm_gflop_per_s", cpu.peak_flops_per_s / 1e9}, {"memory_bytes", cpu.memory_bytes}}},
-      {"backbone", backbone.name}, {"weight_dtype", "bf16"}, {"kv_cache_dtype", "f32"}, {"fill", a.fill},
+      {"machine", machine_json}, {"device", a.device},
+      {"backbone", backbone.name}, {"weight_dtype", "bf16"}, {"kv_cache_dtype", cpu::kv_cache_dtype_name(kv_dtype)}, {"fill", a.fill},
       {"steps", a.steps}, {"warmup", a.warmup}, {"block_size_tokens", a.block_size}, {"rows", rows}};
   std::ofstream(a.json_path) << out.dump(2) << "\n";
-  fmt::print("\nratio = measured / floor; floor = max(bytes / measured bandwidth, FLOPs / measured sgemm rate)\n");
+  fmt::print("\nratio = measured / floor; floor = max(bytes / measured {}, FLOPs / measured {})\n",
+             on_gpu ? "read roof" : "bandwidth", on_gpu ? "bf16 GEMM rate" : "sgemm rate");
   fmt::print("wrote {}\n", a.json_path);
   return 0;
 }
@@ -269,9 +372,9 @@ Command add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   auto* cmd = app.add_subcommand("bench", "benchmarks that print measured figures next to the performance model");
   cmd->require_subcommand(1);
-  auto* decode = cmd->add_subcommand("decode", "measured decode TPOT per attention kind vs the predicted floor (CPU)");
+  auto* decode = cmd->add_subcommand("decode", "measured decode TPOT per attention kind vs the predicted floor (cpu or cuda)");
   decode->add_option("--synthetic", a->synthetic, "preset backbone built with random bf16 weights (default tiny-bench)");
-  decode->add_option("--attention", a->attention, "comma-separated: mha, gqaN, mqa, mla (mla: predicted only, for now)");
+  decode->add_option("--attention", a->attention, "comma-separated: mha, gqaN, mqa, mla (mla: a dense DeepSeek-V2 layout of the backbone; CPU only)");
   decode->add_option("--batch", a->batch, "comma-separated batch sizes");
   decode->add_option("--context", a->context, "comma-separated context lengths (tokens cached per sequence)");
   decode->add_option("--steps", a->steps, "timed decode steps per point");
@@ -281,6 +384,9 @@ Command add_bench_command(CLI::App& app) {
   decode->add_option("--block-size", a->block_size, "KV block size in tokens: 16, 32, 64, 128");
   decode->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
   decode->add_option("--json", a->json_path, "where to write the results");
+  decode->add_option("--device", a->device, "cpu (default) or cuda");
+  decode->add_option("--kv-cache-dtype", a->kv_cache_dtype, "cuda: bf16 (auto) or fp8_e4m3 (per-head scales); the CPU bench runs f32");
+  decode->add_option("--gpu-memory-utilization", a->gpu_memory_utilization, "cuda: share of GPU memory for weights + activations + KV");
   return {decode, [a] { return run_bench_decode(*a); }};
 }
 

@@ -15,8 +15,13 @@ void ModelArgs::add_to(CLI::App* cmd) {
   cmd->add_option("--attention", attention, "MLA compute path: auto (naive for short prefills, else absorbed), naive (materialise K/V), absorbed (latent space)");
   cmd->add_option("--threads", threads, "CPU threads (0 = all cores)");
   cmd->add_option("--kv-cache-dtype", kv_cache_dtype, "KV cache elements: auto (f32 on the CPU), bf16, fp8_e4m3");
-  cmd->add_option("--kv-scale", kv_scale, "fp8 KV scale granularity: per-tensor, per-head, per-block");
+  cmd->add_option("--kv-scale", kv_scale, "fp8 KV scale granularity: per-tensor, per-head, per-block (default per-block on cpu, per-head on cuda)");
   cmd->add_option("--max-batched-tokens", max_batched_tokens, "tokens per engine step (prefill is chunked)");
+  cmd->add_option("--device", device, "where the model computes: cpu (default) or cuda");
+  cmd->add_option("--gpu", gpu, "cuda: which GPU (ordinal, default 0)");
+  cmd->add_flag("--enforce-eager", enforce_eager, "cuda: run every step eagerly (no CUDA graphs for decode)");
+  cmd->add_option("--gpu-memory-utilization", gpu_memory_utilization,
+                  "cuda: share of GPU memory for weights, activations and the KV cache (default 0.9)");
 }
 
 latentserve::ModelOptions ModelArgs::model_options() const {
@@ -29,13 +34,18 @@ latentserve::ModelOptions ModelArgs::model_options() const {
     o.mla_path = MlaPath::Absorbed;
   else
     fail("--attention: expected auto, naive or absorbed, found '{}'", attention);
+  if (device != "cpu" && device != "cuda") fail("--device: expected cpu or cuda, found '{}'", device);
+  if (gpu < 0) fail("--gpu: expected a GPU ordinal >= 0, found {}", gpu);
+  o.device = device;
+  o.device_ordinal = gpu;
+  o.cuda_graphs = !enforce_eager;
   return o;
 }
 
 cpu::KvCacheOptions ModelArgs::kv_options() const {
   cpu::KvCacheOptions o;
   o.dtype = cpu::parse_kv_cache_dtype(kv_cache_dtype);
-  o.scale = cpu::parse_kv_scale_granularity(kv_scale);
+  o.scale = cpu::parse_kv_scale_granularity(!kv_scale.empty() ? kv_scale : device == "cuda" ? "per-head" : "per-block");
   return o;
 }
 

@@ -24,9 +24,13 @@ struct ModelArgs {
   int64_t block_size = 0;  // 0: the model's default
   std::string attention = "auto";  // MLA compute path
   std::string kv_cache_dtype = "auto";
-  std::string kv_scale = "per-block";
+  std::string kv_scale = "";  // empty: per-block on the CPU, per-head on cuda (static scales only there)
   int threads = 0;
   int64_t max_batched_tokens = 512;
+  std::string device = "cpu";
+  int gpu = 0;
+  bool enforce_eager = false;
+  double gpu_memory_utilization = 0.9;
 
   void add_to(CLI::App* cmd);
   RunnerOptions runner_options() const { return {block_size, max_batched_tokens, kv_options()}; }

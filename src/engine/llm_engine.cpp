@@ -35,6 +35,9 @@ KvCacheConfig kv_config(const CausalLM& model, const EngineConfig& c) {
   return k;
 }
 
+// Completion i > 0 of request `id` runs as "<id>\x1f<i>" (ids with \x1f are refused).
+std::string completion_id(const std::string& id, int32_t i) { return i == 0 ? id : fmt::format("{}\x1f{}", id, i); }
+
 }  // namespace
 
 LLMEngine::LLMEngine(CausalLM& model, EngineConfig config, ThreadPool& pool, const tokenizer::Tokenizer* tokenizer)
@@ -51,20 +54,46 @@ void LLMEngine::add_request(const std::string& id, std::vector<int32_t> prompt, 
   for (const auto& s : stop)
     if (s.empty()) fail("request '{}': stop strings must not be empty", id);
   if (!stop.empty() && !tokenizer_) fail("request '{}': stop strings need a tokenizer (tokenizer.json)", id);
-  if (params.n != 1) fail("request '{}': n = {} is not supported yet (only n = 1)", id, params.n);
   if (live_ids_.count(id)) fail("request id '{}' is already in use", id);
+  if (id.find('\x1f') != std::string::npos) fail("request id '{}' must not contain the byte 0x1f", id);
+  if (params.n > 1 && !kv_.prefix_caching_enabled())
+    fail("request '{}': n = {} shares the prompt's KV blocks through the prefix cache; enable prefix caching", id,
+         params.n);
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= model_.vocab_size())
       fail("request '{}': prompt token {} (at {}) is outside the vocabulary [0, {})", id, prompt[i], i,
            model_.vocab_size());
-  auto r = std::make_unique<Request>(next_seq_id_++, id, std::move(prompt), std::move(params));
-  r->stop = std::move(stop);
-  if (tokenizer_) r->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(*tokenizer_, true);
-  scheduler_.add(std::move(r));  // admission control may throw: nothing was queued then
-  live_ids_.insert(id);
+  const int32_t n = params.n;
+  params.n = 1;  // each completion is one sequence
+  std::vector<std::unique_ptr<Request>> completions;
+  for (int32_t i = 0; i < n; ++i) {
+    auto r = std::make_unique<Request>(next_seq_id_++, completion_id(id, i), prompt, params, id, i);
+    r->stop = stop;
+    if (tokenizer_) r->detokenizer = std::make_unique<tokenizer::IncrementalDetokenizer>(*tokenizer_, true);
+    completions.push_back(std::move(r));
+  }
+  scheduler_.add(std::move(completions[0]));  // admission control may throw: nothing was queued then
+  if (n > 1) pending_completions_[id] = {std::make_move_iterator(completions.begin() + 1), std::make_move_iterator(completions.end())};
+  live_ids_[id] = n;
+  for (int32_t i = 0; i < n; ++i) members_[id].push_back(completion_id(id, i));
 }
 
-bool LLMEngine::abort(const std::string& id) { return scheduler_.abort(id); }
+bool LLMEngine::abort(const std::string& id) {
+  if (!live_ids_.count(id)) return false;
+  bool any = false;
+  if (auto it = pending_completions_.find(id); it != pending_completions_.end()) {
+    for (auto& r : it->second) {
+      r->status = RequestStatus::Finished;
+      r->aborted = true;
+      r->finish_time = Clock::now();
+      aborted_pending_.push_back(std::move(r));
+    }
+    pending_completions_.erase(it);
+    any = true;
+  }
+  for (const auto& member : members_[id]) any |= scheduler_.abort(member);
+  return any;
+}
 
 ForwardBatch LLMEngine::build_batch(const StepPlan& plan, std::vector<std::vector<int32_t>>& tokens) const {
   tokens.clear();
@@ -102,6 +131,20 @@ bool LLMEngine::update_text(Request& r, int32_t token, RequestOutput& out) {
   return false;
 }
 
+// Whether every request that samples this step is greedy with nothing that needs the
+// logits on the host (penalties change them, logprobs report them).
+bool LLMEngine::all_rows_plain_greedy(const StepPlan& plan) const {
+  for (const auto& s : plan.scheduled) {
+    const Request& r = *s.request;
+    if (r.n_computed_tokens + s.n_tokens < r.n_tokens()) continue;  // mid-prompt chunk: no sample
+    const SamplingParams& p = r.params;
+    if (!p.is_greedy() || p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 ||
+        p.logprobs)
+      return false;
+  }
+  return true;
+}
+
 std::vector<RequestOutput> LLMEngine::step() {
   const auto t0 = Clock::now();
   StepPlan plan = scheduler_.schedule();
@@ -114,8 +157,16 @@ std::vector<RequestOutput> LLMEngine::step() {
     std::vector<std::vector<int32_t>> tokens;
     ForwardBatch batch = build_batch(plan, tokens);
     const size_t vocab = size_t(model_.vocab_size());
-    logits_.resize(batch.logits_indices.size() * vocab);
-    model_.forward(batch, *kv_memory_, logits_.data());
+    // A device model picks plain greedy tokens on the device: the logits never cross to the
+    // host. Any other sampling (temperature, penalties, logprobs) takes the host sampler.
+    const bool greedy_on_device = model_.device() != "cpu" && all_rows_plain_greedy(plan);
+    if (greedy_on_device) {
+      greedy_tokens_.resize(batch.logits_indices.size());
+      model_.forward_greedy(batch, *kv_memory_, greedy_tokens_.data());
+    } else {
+      logits_.resize(batch.logits_indices.size() * vocab);
+      model_.forward(batch, *kv_memory_, logits_.data());
+    }
     metrics_.forward_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
     for (const auto& s : plan.scheduled)
       if (s.request->n_computed_tokens < int64_t(s.request->prompt.size()))
@@ -130,8 +181,13 @@ std::vector<RequestOutput> LLMEngine::step() {
     for (const auto& s : plan.scheduled) {
       Request& r = *s.request;
       if (r.n_computed_tokens != r.n_tokens()) continue;  // a prefill chunk mid-prompt
-      const std::span<const float> logits(&logits_[row++ * vocab], vocab);
-      SampleResult sample = sampler_.sample(logits, r.params, r.prompt, r.output, r.rng);
+      SampleResult sample;
+      if (greedy_on_device) {
+        sample.token = greedy_tokens_[row++];
+      } else {
+        const std::span<const float> logits(&logits_[row++ * vocab], vocab);
+        sample = sampler_.sample(logits, r.params, r.prompt, r.output, r.rng);
+      }
       if (!r.first_token_time) {
         r.first_token_time = now;
         metrics_.prompt_tokens_total += int64_t(r.prompt.size());
@@ -143,7 +199,8 @@ std::vector<RequestOutput> LLMEngine::step() {
       r.output.push_back(sample.token);
       ++metrics_.generated_tokens;
       RequestOutput out;
-      out.id = r.id;
+      out.id = r.user_id;
+      out.index = r.completion_index;
       out.new_tokens = {sample.token};
       if (r.params.logprobs) out.new_samples.push_back(std::move(sample));
       r.finish_reason = finish_reason_after(r.params, r.output.back(), int64_t(r.output.size()), eos32);
@@ -153,16 +210,32 @@ std::vector<RequestOutput> LLMEngine::step() {
         r.finish_time = now;
       }
       outputs.push_back(std::move(out));
+      // Completion 0 has computed the prompt: the other n - 1 join the queue and find its
+      // full blocks in the prefix cache.
+      if (r.output.size() == 1 && r.completion_index == 0) {
+        if (auto it = pending_completions_.find(r.user_id); it != pending_completions_.end()) {
+          for (auto& c : it->second) scheduler_.add(std::move(c));
+          pending_completions_.erase(it);
+        }
+      }
     }
   }
 
-  for (auto& r : scheduler_.take_finished()) {
-    live_ids_.erase(r->id);
-    auto it = std::find_if(outputs.begin(), outputs.end(), [&](const auto& o) { return o.id == r->id; });
+  std::vector<std::unique_ptr<Request>> finished = scheduler_.take_finished();
+  for (auto& r : aborted_pending_) finished.push_back(std::move(r));
+  aborted_pending_.clear();
+  for (auto& r : finished) {
+    if (--live_ids_[r->user_id] == 0) {
+      live_ids_.erase(r->user_id);
+      members_.erase(r->user_id);
+    }
+    auto it = std::find_if(outputs.begin(), outputs.end(),
+                           [&](const auto& o) { return o.id == r->user_id && o.index == r->completion_index; });
     if (it == outputs.end()) {
       outputs.push_back({});
       it = outputs.end() - 1;
-      it->id = r->id;
+      it->id = r->user_id;
+      it->index = r->completion_index;
     }
     it->finished = true;
     it->finish_reason = r->finish_reason_name();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -29,6 +30,7 @@ struct EngineConfig {
 
 struct RequestOutput {
   std::string id;
+  int32_t index = 0;                    // which of the request's n completions (OpenAI's choice index)
   std::vector<int32_t> new_tokens;      // produced by this step
   std::vector<SampleResult> new_samples;  // with logprobs, when asked for
   std::string new_text;                 // text that became final (held back while a stop string may match)
@@ -51,7 +53,9 @@ class LLMEngine {
                    std::vector<std::string> stop = {});
   bool abort(const std::string& id);
   std::vector<RequestOutput> step();
-  bool has_unfinished() const { return scheduler_.has_unfinished(); }
+  bool has_unfinished() const {
+    return scheduler_.has_unfinished() || !pending_completions_.empty() || !aborted_pending_.empty();
+  }
 
   const EngineMetrics& metrics() const { return metrics_; }
   const KvCacheManager& kv_manager() const { return kv_; }
@@ -60,6 +64,7 @@ class LLMEngine {
  private:
   // `tokens` keeps each scheduled request's tokens alive while the batch is built.
   ForwardBatch build_batch(const StepPlan& plan, std::vector<std::vector<int32_t>>& tokens) const;
+  bool all_rows_plain_greedy(const StepPlan& plan) const;
   // Appends the token's text; true when a stop string ended the request.
   bool update_text(Request& r, int32_t token, RequestOutput& out);
 
@@ -72,8 +77,14 @@ class LLMEngine {
   Sampler sampler_;
   EngineMetrics metrics_;
   int64_t next_seq_id_ = 1;
-  std::unordered_set<std::string> live_ids_;
+  std::unordered_map<std::string, int32_t> live_ids_;  // caller's id -> completions not yet finished
+  // n > 1: completions 1..n-1 wait until completion 0 has computed the prompt, then join the
+  // queue and find its full prompt blocks in the prefix cache (shared, ref-counted).
+  std::unordered_map<std::string, std::vector<std::unique_ptr<Request>>> pending_completions_;
+  std::vector<std::unique_ptr<Request>> aborted_pending_;  // reported finished by the next step()
+  std::unordered_map<std::string, std::vector<std::string>> members_;  // caller's id -> its completions' ids
   std::vector<float> logits_;
+  std::vector<int32_t> greedy_tokens_;  // picked on the device (device models, plain greedy steps)
 };
 
 }  // namespace latentserve

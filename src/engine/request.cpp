@@ -12,9 +12,11 @@ std::string Request::finish_reason_name() const {
   return "";
 }
 
-Request::Request(int64_t seq_id, std::string id, std::vector<int32_t> prompt, SamplingParams params)
-    : seq_id(seq_id), id(std::move(id)), prompt(std::move(prompt)), params(std::move(params)),
-      rng(this->params.seed), arrival_time(Clock::now()) {}
+Request::Request(int64_t seq_id, std::string id, std::vector<int32_t> prompt, SamplingParams params,
+                 std::string user_id, int32_t completion_index)
+    : seq_id(seq_id), id(std::move(id)), user_id(user_id.empty() ? this->id : std::move(user_id)),
+      completion_index(completion_index), prompt(std::move(prompt)), params(std::move(params)),
+      rng(this->params.seed, uint64_t(completion_index)), arrival_time(Clock::now()) {}
 
 std::vector<int32_t> Request::all_tokens() const {
   std::vector<int32_t> t = prompt;

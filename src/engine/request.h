@@ -18,10 +18,14 @@ enum class RequestStatus { Waiting, Running, Finished };
 using Clock = std::chrono::steady_clock;
 
 struct Request {
-  Request(int64_t seq_id, std::string id, std::vector<int32_t> prompt, SamplingParams params);
+  // completion_index: which of the caller's n completions this is (its own RNG stream).
+  Request(int64_t seq_id, std::string id, std::vector<int32_t> prompt, SamplingParams params,
+          std::string user_id = {}, int32_t completion_index = 0);
 
   int64_t seq_id;                 // the engine's key (KV manager, sampler state)
-  std::string id;                 // the caller's name for it
+  std::string id;                 // unique among live requests (the caller's id; "<id>\x1f<i>" for completion i > 0)
+  std::string user_id;            // the caller's name for it (shared by its n completions)
+  int32_t completion_index = 0;   // 0 .. n-1
   std::vector<int32_t> prompt;
   std::vector<int32_t> output;
   SamplingParams params;

@@ -55,7 +55,8 @@ class Scheduler {
   int64_t n_waiting() const { return int64_t(waiting_.size()); }
   int64_t n_running() const { return int64_t(running_.size()); }
   int64_t n_preemptions() const { return n_preemptions_; }
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  // Requests still to run, or finished (aborted included) but not yet reported by take_finished().
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !finished_.empty(); }
   const KvCacheManager& kv() const { return kv_; }
 
  private:

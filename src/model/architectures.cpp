@@ -3,6 +3,9 @@
 #include <utility>
 
 #include "core/error.h"
+#ifdef LATENTSERVE_HAVE_CUDA
+#include "model/cuda/cuda_llama_model.h"
+#endif
 
 namespace latentserve {
 
@@ -10,15 +13,16 @@ namespace {
 struct Architecture {
   const char* model_type;
   ModelFactory make;
+  bool runs_on_cuda;  // backend/cuda has this architecture's kernels (model/cuda/)
 };
 // Adding an architecture: one file under model/ and one line here.
 constexpr Architecture kArchitectures[] = {
-    {"llama", make_llama_family},
-    {"mistral", make_llama_family},
-    {"qwen2", make_llama_family},
-    {"qwen3", make_llama_family},
-    {"deepseek_v2", make_deepseek},
-    {"deepseek_v3", make_deepseek},
+    {"llama", make_llama_family, true},
+    {"mistral", make_llama_family, true},
+    {"qwen2", make_llama_family, true},
+    {"qwen3", make_llama_family, true},
+    {"deepseek_v2", make_deepseek, false},
+    {"deepseek_v3", make_deepseek, false},
 };
 }  // namespace
 
@@ -30,8 +34,20 @@ std::vector<std::string> supported_model_types() {
 
 std::unique_ptr<CausalLM> build_causal_lm(const ModelConfig& config, std::unique_ptr<WeightSource> weights,
                                           ThreadPool& pool, const ModelOptions& options) {
-  for (const auto& a : kArchitectures)
-    if (config.model_type == a.model_type) return a.make(config, std::move(weights), options, pool);
+  if (options.device != "cpu" && options.device != "cuda")
+    fail("--device must be cpu or cuda, found '{}'", options.device);
+  for (const auto& a : kArchitectures) {
+    if (config.model_type != a.model_type) continue;
+    if (options.device == "cpu") return a.make(config, std::move(weights), options, pool);
+    if (!a.runs_on_cuda)
+      fail("model_type '{}' does not run on cuda yet (the CUDA backend has the Llama family only): use --device cpu",
+           a.model_type);
+#ifdef LATENTSERVE_HAVE_CUDA
+    return make_cuda_llama_family(config, std::move(weights), options);
+#else
+    fail("--device cuda: this latentserve was built without the CUDA backend (no nvcc was found at build time)");
+#endif
+  }
   std::string supported;
   for (const auto& name : supported_model_types()) supported += (supported.empty() ? "" : ", ") + name;
   fail("model_type '{}' is not supported (supported: {})", config.model_type, supported);

@@ -88,8 +88,22 @@ ModelShape model_preset(const std::string& name, const std::string& flag) {
 }
 
 std::string preset_config_json(const ModelShape& m) {
-  if (m.attention.kind == AttentionKind::MLA || m.moe.enabled())
-    fail("{}: MLA / MoE models are not yet runnable in the engine", m.name);
+  if (m.moe.enabled()) fail("{}: MoE shapes have no synthetic config yet (bench the dense backbone)", m.name);
+  if (m.attention.kind == AttentionKind::MLA) {  // a dense DeepSeek-V2 (every layer an MLP)
+    const AttentionSpec& a = m.attention;
+    const nlohmann::json j = {
+        {"architectures", {"DeepseekV2ForCausalLM"}}, {"model_type", "deepseek_v2"},
+        {"vocab_size", m.vocab_size}, {"hidden_size", m.hidden_size},
+        {"intermediate_size", m.intermediate_size}, {"num_hidden_layers", m.n_layer},
+        {"num_attention_heads", a.n_head}, {"num_key_value_heads", a.n_head},
+        {"kv_lora_rank", a.kv_lora_rank}, {"q_lora_rank", m.q_lora_rank > 0 ? nlohmann::json(m.q_lora_rank) : nlohmann::json()},
+        {"qk_nope_head_dim", a.head_dim_qk - a.qk_rope_head_dim}, {"qk_rope_head_dim", a.qk_rope_head_dim},
+        {"v_head_dim", a.head_dim_v}, {"n_routed_experts", nullptr}, {"first_k_dense_replace", m.n_layer},
+        {"max_position_embeddings", 131072}, {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", m.tie_word_embeddings},
+        {"hidden_act", "silu"}, {"rope_theta", 10000.0}, {"bos_token_id", 1}, {"eos_token_id", 2},
+        {"torch_dtype", "bfloat16"}};
+    return j.dump();
+  }
   const nlohmann::json j = {
       {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
       {"vocab_size", m.vocab_size}, {"hidden_size", m.hidden_size},

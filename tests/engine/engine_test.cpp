@@ -220,5 +220,106 @@ TEST(Engine, InvalidRequestsNameTheProblemAndLeaveNothingBehind) {
   EXPECT_EQ(engine.kv_manager().stats().n_blocks_used, 0);
 }
 
+// n > 1: completion 0 is exactly the n = 1 request (same seed, stream 0); the others draw
+// from their own streams, so seeded sampling gives different completions; after completion 0
+// computed the prompt, the others find its full blocks in the prefix cache.
+TEST(Engine, ParallelSamplingSharesThePromptBlocks) {
+  ThreadPool pool(2);
+  auto model = load_causal_lm(fs::path(LATENTSERVE_FIXTURES_DIR) / "llama_gqa_f32", pool);
+  EngineConfig config;
+  config.block_size_tokens = 16;
+  config.n_kv_blocks = 64;
+  config.scheduler.max_model_len = 128;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 50; ++i) prompt.push_back(int32_t((i * 37 + 5) % model->vocab_size()));
+  SamplingParams p;
+  p.temperature = 1.0;
+  p.seed = 42;
+  p.max_tokens = 20;
+  p.ignore_eos = true;
+
+  const auto alone = run(*model, pool, {{"one", prompt, p}}, config);
+  LLMEngine engine(*model, config, pool);
+  p.n = 4;
+  engine.add_request("four", prompt, p);
+  std::map<int32_t, RequestOutput> done;
+  while (engine.has_unfinished()) {
+    for (auto& o : engine.step()) {
+      EXPECT_EQ(o.id, "four") << "every completion reports under the caller's id";
+      if (o.finished) done[o.index] = o;
+    }
+    engine.kv_manager().check_consistency();
+  }
+  ASSERT_EQ(done.size(), 4u);
+  EXPECT_EQ(done[0].output_tokens, alone.at("one")) << "completion 0 is the n = 1 request";
+  EXPECT_EQ(done[0].n_cached_tokens, 0);
+  int differing = 0;
+  for (int32_t i = 1; i < 4; ++i) {
+    EXPECT_EQ(done[i].n_cached_tokens, 48) << "completion " << i << " shares the prompt's 3 full blocks";
+    EXPECT_EQ(done[i].output_tokens.size(), 20u);
+    differing += done[i].output_tokens != done[0].output_tokens;
+  }
+  EXPECT_GE(differing, 2) << "seeded completions draw from their own streams";
+  EXPECT_EQ(engine.kv_manager().stats().n_blocks_used, 0);
+
+  // Greedy: all n completions are the greedy continuation.
+  SamplingParams g;
+  g.temperature = 0;
+  g.max_tokens = 8;
+  g.ignore_eos = true;
+  const auto greedy = run(*model, pool, {{"g", prompt, g}}, config);
+  g.n = 3;
+  LLMEngine engine2(*model, config, pool);
+  engine2.add_request("g3", prompt, g);
+  int finished = 0;
+  while (engine2.has_unfinished())
+    for (auto& o : engine2.step())
+      if (o.finished) {
+        ++finished;
+        EXPECT_EQ(o.output_tokens, greedy.at("g")) << "completion " << o.index;
+      }
+  EXPECT_EQ(finished, 3);
+}
+
+TEST(Engine, AbortingAParallelRequestEndsEveryCompletion) {
+  ThreadPool pool(2);
+  auto model = load_causal_lm(fs::path(LATENTSERVE_FIXTURES_DIR) / "llama_gqa_f32", pool);
+  EngineConfig config;
+  config.block_size_tokens = 16;
+  config.n_kv_blocks = 64;
+  config.scheduler.max_model_len = 128;
+  config.scheduler.max_num_batched_tokens = 8;  // the 40-token prompt takes 5 steps
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 30;
+  p.n = 3;
+  for (int when : {1, 7}) {  // mid-prompt (completions 1, 2 still waiting), and after they joined
+    LLMEngine engine(*model, config, pool);
+    engine.add_request("x", std::vector<int32_t>(40, 3), p);
+    for (int s = 0; s < when; ++s) engine.step();
+    EXPECT_TRUE(engine.abort("x"));
+    std::map<int32_t, std::string> reasons;
+    while (engine.has_unfinished())
+      for (auto& o : engine.step())
+        if (o.finished) reasons[o.index] = o.finish_reason;
+    ASSERT_EQ(reasons.size(), 3u) << "abort after " << when << " steps";
+    for (auto& [i, r] : reasons) EXPECT_EQ(r, "abort") << "completion " << i;
+    EXPECT_EQ(engine.kv_manager().stats().n_blocks_used, 0);
+    engine.add_request("x", {1, 2}, p);  // the id is free again
+    EXPECT_TRUE(engine.abort("x"));
+  }
+  // n > 1 needs the prefix cache (that is how the completions share the prompt).
+  config.enable_prefix_caching = false;
+  LLMEngine no_cache(*model, config, pool);
+  try {
+    no_cache.add_request("y", {1, 2, 3}, p);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n = 3"), std::string::npos) << e.what();
+  }
+  p.n = 0;
+  EXPECT_THROW(no_cache.add_request("z", {1, 2, 3}, p), Error);
+}
+
 }  // namespace
 }  // namespace latentserve

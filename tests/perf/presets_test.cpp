@@ -107,5 +107,19 @@ TEST(Presets, LlamaPresetsBuildAnEngineConfigWithTheSameKvFormula) {
   EXPECT_THROW(preset_config_json(model_preset("deepseek-v2")), Error);
 }
 
+// `bench decode --attention mla` runs the backbone as a dense DeepSeek-V2: its config must
+// give the engine the latent the planner counts (512 + 64 per token and layer).
+TEST(Presets, MlaVariantOfALlamaBackboneIsADenseDeepseekConfig) {
+  const ModelShape m = with_attention(model_preset("tiny-bench"), "mla");
+  const ModelConfig c = ModelConfig::from_json(nlohmann::json::parse(preset_config_json(m)), "tiny-bench mla");
+  EXPECT_EQ(c.model_type, "deepseek_v2");
+  ASSERT_TRUE(c.mla.has_value());
+  EXPECT_EQ(c.mla->kv_lora_rank, 512);
+  EXPECT_EQ(c.mla->qk_rope_head_dim, 64);
+  EXPECT_TRUE(!c.moe || c.moe->n_routed_experts == 0) << "dense: no MoE";
+  EXPECT_EQ(c.n_layer, m.n_layer);
+  EXPECT_EQ(c.hidden_size, m.hidden_size);
+}
+
 }  // namespace
 }  // namespace latentserve::perf

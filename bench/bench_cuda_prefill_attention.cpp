@@ -1,0 +1,190 @@
+// Causal bf16 prefill attention on the GPU (backend/cuda/paged_prefill_attention.h): head_dim
+// 128, 32 query heads, MHA (32 KV heads) and GQA-8 (8 KV heads), 16K query tokens per launch as
+// 16 x 1K, 8 x 2K, 4 x 4K, 2 x 8K, 1 x 16K sequences (whole-prompt prefill: seq_len = q_len),
+// paged with block_size 16 through a random permutation of the block pool, random data.
+// Prints a table (median of >= 20 launches, each timed by its own CUDA events) and writes JSON.
+// tools/sdpa_prefill_peer.py runs the same shapes through PyTorch SDPA (cuDNN, flash).
+//
+// FLOPs (docs/cuda-prefill-attention.md, the same formula in the peer):
+//   4 * n_head * head_dim * sum over sequences of L * (L + 1) / 2
+// i.e. 2 FLOPs per multiply-add for Q K^T and for P V, over the (query, key) pairs the causal
+// mask leaves (L(L+1)/2 per sequence of L). Every query reaches the whole prefix, so the
+// rest of the batch layout does not change the count.
+//
+// A benchmark: asserts nothing beyond "the output has no NaN" (exit status 1 otherwise).
+//
+//   bench_cuda_prefill_attention [--quick] [--reps N] [--json FILE]
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/paged_prefill_attention.h"
+
+using namespace latentserve;
+
+namespace {
+
+constexpr int kTokens = 16384, kHeads = 32, kHeadDim = 128, kBlockSize = 16;
+// H100/H200 SXM dense bf16 tensor-core peak (the floor is the time at that rate).
+constexpr double kPeakTflops = 989.0;
+
+// Random bf16 bits of values in [-1, 1): a cheap LCG (hundreds of millions of values).
+std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
+  std::vector<uint16_t> out(n);
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (size_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const float x = float(int32_t(s >> 32)) * 0x1.0p-31f;
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    out[i] = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  return out;
+}
+
+struct Row {
+  std::string kind;
+  int context, batch, n_head_kv;
+  double time_ms, tflops, floor_ms;
+};
+
+double median(std::vector<double> x) {
+  std::sort(x.begin(), x.end());
+  const size_t n = x.size();
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  int reps = 30;
+  std::string json_path = "bench_cuda_prefill_attention.json";
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--quick") quick = true;
+    else if (flag == "--reps" && i + 1 < argc) reps = std::max(20, std::stoi(argv[++i]));
+    else if (flag == "--json" && i + 1 < argc) json_path = argv[++i];
+    else {
+      fmt::print(stderr, "usage: {} [--quick] [--reps N>=20] [--json FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  cuda::CudaDevice device;
+  fmt::print("device: {} ({} SMs)\n", device.name(), device.n_sm());
+  const std::vector<int> contexts = quick ? std::vector<int>{1024, 8192} : std::vector<int>{1024, 2048, 4096, 8192, 16384};
+  const std::vector<std::pair<std::string, int>> kinds = {{"MHA", 32}, {"GQA-8", 8}};
+
+  // One cache of kTokens slots per kind serves every context (the batch always holds kTokens).
+  const int n_blocks = kTokens / kBlockSize;
+  cuda::DeviceBuffer q(size_t(kTokens) * kHeads * kHeadDim * 2);
+  q.upload(random_bf16(size_t(kTokens) * kHeads * kHeadDim, 1).data(), q.bytes());
+  cuda::DeviceBuffer out(size_t(kTokens) * kHeads * kHeadDim * 2);
+  std::mt19937 rng(7);
+
+  std::vector<Row> rows;
+  bool any_nan = false;
+  cudaEvent_t start, stop;
+  LS_CUDA_CHECK(cudaEventCreate(&start));
+  LS_CUDA_CHECK(cudaEventCreate(&stop));
+  for (const auto& [kind, n_head_kv] : kinds) {
+    const size_t cache_elems = size_t(kTokens) * n_head_kv * kHeadDim;
+    cuda::DeviceBuffer k(cache_elems * 2), v(cache_elems * 2);
+    k.upload(random_bf16(cache_elems, 2).data(), k.bytes());
+    v.upload(random_bf16(cache_elems, 3).data(), v.bytes());
+    for (int context : contexts) {
+      const int batch = kTokens / context, blocks_per_seq = context / kBlockSize;
+      std::vector<int32_t> qsl(size_t(batch) + 1), seq_lens(size_t(batch), context), pool(static_cast<size_t>(n_blocks));
+      for (int s = 0; s <= batch; ++s) qsl[size_t(s)] = s * context;
+      std::iota(pool.begin(), pool.end(), 0);
+      std::shuffle(pool.begin(), pool.end(), rng);  // paged: a sequence's blocks are scattered
+      cuda::DeviceBuffer d_qsl(qsl.size() * 4), d_lens(seq_lens.size() * 4), d_tables(pool.size() * 4);
+      d_qsl.upload(qsl.data(), d_qsl.bytes());
+      d_lens.upload(seq_lens.data(), d_lens.bytes());
+      d_tables.upload(pool.data(), d_tables.bytes());  // [batch, blocks_per_seq]
+
+      cuda::PagedPrefillParams p;
+      p.q = q.data();
+      p.q_token_stride = int64_t(kHeads) * kHeadDim;
+      p.kv.k = k.data();
+      p.kv.v = v.data();
+      p.kv.dtype = cuda::KvDtype::Bf16;
+      p.out = out.data();
+      p.query_start_loc = d_qsl.as<int32_t>();
+      p.seq_lens = d_lens.as<int32_t>();
+      p.block_tables = d_tables.as<int32_t>();
+      p.n_seqs = batch;
+      p.n_tokens = kTokens;
+      p.max_blocks_per_seq = blocks_per_seq;
+      p.block_size = kBlockSize;
+      p.max_query_len = context;
+      p.n_head = kHeads;
+      p.n_head_kv = n_head_kv;
+      p.head_dim = kHeadDim;
+      p.softmax_scale = 1.0f / std::sqrt(float(kHeadDim));
+
+      for (int w = 0; w < 3; ++w) cuda::paged_prefill_attention(p, device.stream());
+      device.synchronize();
+      std::vector<uint16_t> host_out(size_t(kTokens) * kHeads * kHeadDim);
+      out.download(host_out.data(), host_out.size() * 2);
+      const size_t nans = size_t(std::count_if(host_out.begin(), host_out.end(),
+                                               [](uint16_t b) { return (b & 0x7f80u) == 0x7f80u && (b & 0x7fu); }));
+      if (nans) {
+        fmt::print(stderr, "{} context {}: {} NaN outputs\n", kind, context, nans);
+        any_nan = true;
+      }
+
+      std::vector<double> ms;
+      for (int r = 0; r < reps; ++r) {
+        LS_CUDA_CHECK(cudaEventRecord(start, device.stream()));
+        cuda::paged_prefill_attention(p, device.stream());
+        LS_CUDA_CHECK(cudaEventRecord(stop, device.stream()));
+        LS_CUDA_CHECK(cudaEventSynchronize(stop));
+        float t = 0;
+        LS_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+        ms.push_back(t);
+      }
+      const double t_ms = median(ms);
+      const double flops = 4.0 * kHeads * kHeadDim * double(batch) * double(context) * double(context + 1) / 2.0;
+      rows.push_back({kind, context, batch, n_head_kv, t_ms, flops / (t_ms * 1e-3) / 1e12, flops / (kPeakTflops * 1e12) * 1e3});
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+
+  fmt::print("\ncausal bf16 prefill, head_dim {}, {} q heads, {} tokens per launch, block_size {}, median of {}\n",
+             kHeadDim, kHeads, kTokens, kBlockSize, reps);
+  fmt::print("{:<6} {:>7} {:>5} {:>5} {:>10} {:>9} {:>10} {:>7}\n", "kind", "context", "batch", "n_kv", "time_ms",
+             "TFLOP/s", "floor_ms", "of_peak");
+  nlohmann::json jrows = nlohmann::json::array();
+  for (const Row& r : rows) {
+    fmt::print("{:<6} {:>7} {:>5} {:>5} {:>10.3f} {:>9.1f} {:>10.3f} {:>6.1f}%\n", r.kind, r.context, r.batch,
+               r.n_head_kv, r.time_ms, r.tflops, r.floor_ms, 100.0 * r.tflops / kPeakTflops);
+    jrows.push_back({{"kind", r.kind}, {"context", r.context}, {"batch", r.batch}, {"n_head", kHeads},
+                     {"n_head_kv", r.n_head_kv}, {"head_dim", kHeadDim}, {"time_ms", r.time_ms},
+                     {"tflops", r.tflops}, {"floor_ms", r.floor_ms}});
+  }
+  fmt::print("(floor: the FLOPs at {} TFLOP/s, dense bf16 peak)\n", kPeakTflops);
+  nlohmann::json j = {{"bench", "cuda_prefill_attention"},
+                      {"device", device.name()},
+                      {"flops_formula", "4 * n_head * head_dim * sum_s L_s (L_s + 1) / 2"},
+                      {"block_size", kBlockSize},
+                      {"reps", reps},
+                      {"rows", jrows}};
+  std::ofstream(json_path) << j.dump(2) << "\n";
+  fmt::print("wrote {}\n", json_path);
+  return any_nan ? 1 : 0;
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs on the device machine (the `device` tool, with carry: [".devbin"]), from the repo
+# root: unpacks what scripts/cuda_pack_for_device.sh built, then in one call
+#   1. the GPU tests (every kernel against its reference, the model against transformers
+#      and the CPU path),
+#   2. the kernel benchmarks next to PyTorch's SDPA on the same shapes,
+#   3. `latentserve bench decode --device cuda` on the Llama-3-8B shape,
+# and prints a short summary last. Logs go to $OUT. STAGES (default "test kernels peers e2e")
+# picks a subset; QUICK=1 runs the reduced benchmark sets.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /tmp/ls && tar -C /tmp/ls -xJf .devbin/payload.tar.xz
+CUBLAS_DIR=$(dirname "$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=/tmp/ls/lib:${CUBLAS_DIR}:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+BIN=/tmp/ls/bin
+# The binaries were built in /work/main: its fixture path is compiled in.
+if [ ! -e /work/main/tests/fixtures ]; then mkdir -p /work && ln -sfn "$PWD" /work/main; fi
+STAGES=${STAGES:-"test kernels peers e2e"}
+QUICK_FLAG=""; [ "${QUICK:-0}" = 1 ] && QUICK_FLAG="--quick"
+summary=()
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+ldd $BIN/test_cuda | grep "not found" && echo "missing libraries (above)"
+
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+if has test; then
+  timeout ${TEST_TIMEOUT:-300} $BIN/test_cuda ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} --gtest_brief=0 2>&1 | tee "$OUT/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[ (note|info) \]|Failure|error|Expected|Which is|actual" | head -150
+  summary+=("tests: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$OUT/test_cuda.log" | tr '\n' ' ')")
+fi
+if has kernels; then
+  for b in $(ls $BIN | grep '^bench_cuda_'); do
+    timeout ${BENCH_TIMEOUT:-150} $BIN/$b $QUICK_FLAG --json "$OUT/$b.json" 2>&1 | tee "$OUT/$b.log" | tail -40
+  done
+fi
+if has peers; then
+  for p in sdpa_decode_peer sdpa_prefill_peer; do
+    timeout ${BENCH_TIMEOUT:-150} python3 tools/$p.py $QUICK_FLAG --json "$OUT/$p.json" 2>&1 | tee "$OUT/$p.log" | tail -30
+  done
+fi
+if has e2e; then
+  timeout ${E2E_TIMEOUT:-300} $BIN/latentserve bench decode --device cuda --synthetic llama3-8b --attention ${E2E_ATTENTION:-gqa8,mha} \
+    --batch ${E2E_BATCH:-1,8,32,64} --context ${E2E_CONTEXT:-1024,8192,32768} --steps ${E2E_STEPS:-10} --warmup 3 \
+    --json "$OUT/bench_decode_cuda.json" 2>&1 | tee "$OUT/bench_decode_cuda.log" | tail -40
+fi
+echo "== summary =="
+for line in "${summary[@]}"; do echo "$line"; done

@@ -1,0 +1,43 @@
+#pragma once
+// Gemm: the dense bf16 GEMMs of the forward pass through cuBLASLt.
+//
+//   y[m, n] = x[m, k] · w[n, k]^T (+ bias[n])
+//
+// x and w bf16 row-major (w in the Hugging Face [out_features, in_features] layout), f32
+// accumulation, y bf16 or f32, bias bf16 or null (cuBLASLt's BIAS epilogue). One Gemm owns a
+// cuBLASLt handle and a fixed 32 MiB workspace; per (m, n, k, y dtype, bias, pointer
+// alignments) it caches the matmul descriptor, the layouts and the heuristic's algorithm, so
+// a repeated shape does no heuristic query and a decode step can be captured into a CUDA
+// graph (run each shape once before capturing: the first call of a shape builds its plan).
+// Not thread-safe, and the workspace is shared: use one Gemm per stream at a time.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace latentserve::cuda {
+
+class Gemm {
+ public:
+  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+  Gemm();  // on the current device
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // x: [m, k] bf16; w: [n, k] bf16; y: [m, n] bf16 (y_f32 false) or f32; bias: [n] bf16 or
+  // null. Device pointers, no host synchronisation. Throws Error naming the shape and the
+  // cuBLASLt status when cuBLASLt refuses.
+  void bf16(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, bool y_f32, const void* bias,
+            cudaStream_t s);
+
+  size_t n_cached_plans() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace latentserve::cuda

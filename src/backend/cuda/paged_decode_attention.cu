@@ -1,0 +1,751 @@
+// Paged decode attention: split-KV over the context, one CTA per (chunk, KV head, sequence)
+// processing all query heads of the group on tensor cores, then a merge kernel.
+// Why this shape and what it costs: docs/cuda-decode-attention.md.
+#include "backend/cuda/paged_decode_attention.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/kernel_error.h"
+
+namespace latentserve::cuda {
+namespace {
+
+constexpr int kTileKeys = 64;       // keys per pipeline stage (K and V tiles of 64 rows)
+constexpr int kThreads = 128;       // 4 warps
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxChunkTiles = 16;  // at most 1024 tokens per CTA: keeps ragged batches balanced
+constexpr int kTargetCtas = 4 * 132;  // two waves of two CTAs per SM on a 132-SM H100/H200
+constexpr int kTableCap = kMaxChunkTiles * kTileKeys / 8 + 2;  // block ids one chunk spans (block_size >= 8)
+constexpr int kMaxGroup = 64;
+
+// ---- shared-memory geometry of one (head_dim, kv dtype) ----
+template <int HD, bool FP8>
+struct Geometry {
+  static constexpr int kElt = FP8 ? 1 : 2;
+  static constexpr int kRowBytes = HD * kElt;
+  // +16 bytes per row: consecutive rows start 4 banks apart, so the 8-row ldmatrix phases and
+  // the FP8 fragment loads (8 keys x 4 words) hit 32 distinct banks.
+  static constexpr int kRowStride = kRowBytes + 16;
+  static constexpr int kTileBytes = kTileKeys * kRowStride;  // one of K, V
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kStages = kStageBytes > 20480 ? 3 : 4;  // ~64 KB of copies in flight per CTA
+  static constexpr int kPipeBytes = kStages * kStageBytes;
+  static constexpr int kChunksPerRow = kRowBytes / 16;        // 16-byte cp.async per row
+  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  static constexpr int kRowsPerThread = kTileKeys / kRowsPerPass;  // K rows (and as many V rows) per thread
+  static_assert(kTileKeys % kRowsPerPass == 0, "tile rows must split evenly over the threads");
+};
+
+// Warp roles: MT m-tiles (16 query rows each) per warp, NMG groups of warps over m-tiles;
+// the warps of one m-group split each 64-key tile into kSlices key slices.
+template <int HD, bool FP8, int MT, int NMG>
+struct Config : Geometry<HD, FP8> {
+  using G = Geometry<HD, FP8>;
+  static constexpr int kRows = MT * NMG * 16;  // query rows (group heads, zero-padded)
+  static constexpr int kSlices = kWarps / NMG;
+  static constexpr int kKeysPerWarp = kTileKeys / kSlices;  // 16 or 32
+  static constexpr int kSN = kKeysPerWarp / 8;              // S n-tiles per m-tile
+  static constexpr int kPVK = kKeysPerWarp / 16;            // PV k-steps
+  static constexpr int kDN = HD / 8;                        // output n-tiles
+  static constexpr int kQK = HD / 16;                       // QK^T k-steps
+  static constexpr int kQStride = HD + 8;                   // Q smem row, 16-bit elements (+16 B: no bank conflicts)
+  static constexpr int kRedStride = HD + 4;                 // f32 partial rows in the epilogue
+  static constexpr int kRedBytes = kSlices * kRows * kRedStride * 4;
+  static constexpr int kPipeOrRed = G::kPipeBytes > kRedBytes ? G::kPipeBytes : kRedBytes;
+  static constexpr int kQOffset = kPipeOrRed;
+  static constexpr int kMlOffset = kQOffset + kRows * kQStride * 2;
+  static constexpr int kTableOffset = kMlOffset + kSlices * kRows * 2 * 4;
+  static constexpr int kSmemBytes = kTableOffset + kTableCap * 4;
+};
+
+struct KernelArgs {
+  const uint16_t* q;  // bf16 bits
+  int64_t q_seq_stride;
+  const unsigned char* k;
+  const unsigned char* v;
+  const float* k_scale;
+  const float* v_scale;
+  int scale_head_stride;
+  const int32_t* seq_lens;
+  const int32_t* block_tables;
+  int max_blocks_per_seq, log2_block_size;
+  int n_head, n_head_kv, group;
+  float softmax_scale;
+  int sliding_window;
+  int max_valid_len;  // min(max_seq_len_bound, max_blocks_per_seq * block_size): longer rows are invalid
+  int chunk_tokens, n_splits;
+  float* ws_acc;  // [n_seqs, n_head, n_splits, head_dim] unnormalised sum p_i v_i (relative to ws_ml's max)
+  float* ws_ml;   // [n_seqs, n_head, n_splits, 2] (max in log2 units, sum p_i); max -inf = empty chunk
+  uint16_t* out;  // bf16 bits
+};
+
+// ---- PTX wrappers ----
+__device__ __forceinline__ void griddep_wait() {
+  // Programmatic dependent launch: everything above this line overlaps the previous kernel's
+  // tail; nothing global is read before it.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte global -> shared copy, bypassing L1; src_bytes 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr));
+  return v;
+}
+// C[16x8] += A[16x16] B[16x8], f32 accumulate; bf16 (FP8 = false) or f16 (FP8 = true) inputs.
+template <bool F16>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (F16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+// Two e4m3 codes (low byte first) -> f16x2; exact (every e4m3 value is a normal f16).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
+  uint32_t out;
+  asm("{\n .reg .b16 lo;\n cvt.u16.u32 lo, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(out) : "r"(two_codes));
+  return out;
+}
+__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx: exp2(-inf) = 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+template <bool F16>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (F16) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  } else {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+}
+
+// FP8 K fragments are read as one 32-bit word per (key, 4 dims); the QK^T k index is permuted
+// inside each 16-dim step so that word feeds b0 (logical k 2c, 2c+1) and b1 (2c+8, 2c+9).
+// q is stored in shared memory under the same permutation: logical index of physical dim p.
+__device__ __forceinline__ int fp8_k_logical(int p) {
+  const int c = (p & 15) >> 2, j = p & 3;
+  return (p & ~15) + (j < 2 ? 2 * c + j : 2 * c + 8 + (j - 2));
+}
+
+// ---- split kernel: one (chunk, KV head, sequence) ----
+// grid (n_splits, n_head_kv, n_seqs), 128 threads.
+template <int HD, bool FP8, int MT, int NMG>
+__global__ void __launch_bounds__(kThreads, 2) paged_decode_split_kernel(const KernelArgs a) {
+  using C = Config<HD, FP8, MT, NMG>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* pipe = smem;                                             // [stages][K|V][64][row stride]
+  uint16_t* q_s = reinterpret_cast<uint16_t*>(smem + C::kQOffset);        // [kRows][kQStride] bf16 or f16
+  float* ml_s = reinterpret_cast<float*>(smem + C::kMlOffset);            // [kSlices][kRows][2]
+  int* table_s = reinterpret_cast<int*>(smem + C::kTableOffset);          // block ids of this chunk
+
+  const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int mg = warp % NMG, slice = warp / NMG;
+  const int g = lane >> 2, c4 = lane & 3;  // mma fragment row / column pair
+
+  griddep_wait();
+
+  const int seq_len = a.seq_lens[s];
+  const int group = a.group;
+  // partial of group head h: ws index (ws_base + h * n_splits)
+  const int64_t ws_base = (int64_t(s) * a.n_head + int64_t(kvh) * group) * a.n_splits + split;
+  int lo = split * a.chunk_tokens;
+  const int hi = min(lo + a.chunk_tokens, seq_len);
+  if (a.sliding_window > 0) lo = max(lo, seq_len - a.sliding_window);
+  if (seq_len < 0 || seq_len > a.max_valid_len || lo >= hi) {
+    for (int h = tid; h < group; h += kThreads) {
+      a.ws_ml[(ws_base + int64_t(h) * a.n_splits) * 2 + 0] = -INFINITY;
+      a.ws_ml[(ws_base + int64_t(h) * a.n_splits) * 2 + 1] = 0.f;
+    }
+    return;
+  }
+
+  // block ids of [lo, hi) -> shared memory (read once per chunk instead of once per row)
+  const int block_size = 1 << a.log2_block_size;
+  const int first_block = lo >> a.log2_block_size;
+  const int n_table = ((hi - 1) >> a.log2_block_size) - first_block + 1;
+  const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks_per_seq + first_block;
+  for (int i = tid; i < n_table; i += kThreads) table_s[i] = table[i];
+
+  // q of the group's heads -> shared memory; rows >= group are zero. FP8: f16, pre-scaled by
+  // softmax_scale (keeps |q| far from f16's 65504), k-permuted (fp8_k_logical).
+  {
+    const uint16_t* q_group = a.q + int64_t(s) * a.q_seq_stride + int64_t(kvh) * group * HD;
+    for (int i = tid; i < C::kRows * (HD / 8); i += kThreads) {
+      const int row = i / (HD / 8), c8 = i % (HD / 8);
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (row < group) v = *reinterpret_cast<const uint4*>(q_group + int64_t(row) * HD + c8 * 8);
+      if constexpr (!FP8) {
+        *reinterpret_cast<uint4*>(q_s + row * C::kQStride + c8 * 8) = v;
+      } else {
+        const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float x = __uint_as_float(uint32_t(e[j]) << 16) * a.softmax_scale;
+          const __half h = __float2half_rn(x);
+          q_s[row * C::kQStride + fp8_k_logical(c8 * 8 + j)] = *reinterpret_cast<const uint16_t*>(&h);
+        }
+      }
+    }
+  }
+  __syncthreads();  // table_s before the first copies
+
+  // ---- cp.async producer: tile t's K and V rows -> stage ----
+  const int n_tiles = (hi - lo + kTileKeys - 1) / kTileKeys;
+  const int copy_chunk = tid % C::kChunksPerRow, copy_row0 = tid / C::kChunksPerRow;
+  const int64_t kv_head_offset = int64_t(kvh) * C::kRowBytes + copy_chunk * 16;
+  const int64_t slot_bytes = int64_t(a.n_head_kv) * C::kRowBytes;
+  const uint32_t pipe_addr = smem_addr(pipe);
+  auto load_tile = [&](int tile, int stage) {
+    const int base = lo + tile * kTileKeys;
+    const uint32_t dst0 = pipe_addr + stage * C::kStageBytes + copy_chunk * 16;
+#pragma unroll
+    for (int i = 0; i < C::kRowsPerThread; ++i) {
+      const int r = copy_row0 + i * C::kRowsPerPass;
+      const int pos = base + r;
+      const bool ok = pos < hi;
+      int64_t off = 0;
+      if (ok) {
+        const int slot = table_s[(pos >> a.log2_block_size) - first_block] * block_size + (pos & (block_size - 1));
+        off = int64_t(slot) * slot_bytes + kv_head_offset;
+      }
+      const uint32_t dst = dst0 + r * C::kRowStride;
+      cp_async_16(dst, a.k + off, ok ? 16 : 0);
+      cp_async_16(dst + C::kTileBytes, a.v + off, ok ? 16 : 0);
+    }
+  };
+
+#pragma unroll
+  for (int st = 0; st < C::kStages - 1; ++st) {
+    if (st < n_tiles) load_tile(st, st);
+    cp_async_commit();
+  }
+
+  // S scale in log2 units; FP8 folds k_scale here (q already carries softmax_scale).
+  const float kLog2e = 1.4426950408889634f;
+  const float score_scale =
+      FP8 ? kLog2e * a.k_scale[kvh * a.scale_head_stride] : kLog2e * a.softmax_scale;
+
+  float acc[MT][C::kDN][4];
+  float m_run[MT][2], l_run[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int n = 0; n < C::kDN; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][n][i] = 0.f;
+    m_run[mt][0] = m_run[mt][1] = -INFINITY;
+    l_run[mt][0] = l_run[mt][1] = 0.f;
+  }
+
+  // A-fragment address of q for m-tile mt, k-step kk (ldmatrix x4: rows 0-7/8-15 x k 0-7/8-15)
+  const uint32_t q_addr = smem_addr(q_s) +
+                          (((mg * MT) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * C::kQStride + (lane >> 4) * 8) * 2;
+  auto load_q = [&](uint32_t (&qa)[4], int mt, int kk) {
+    ldmatrix_x4(qa, q_addr + (mt * 16 * C::kQStride + kk * 16) * 2);
+  };
+  // MT == 1: q fragments live in registers for the whole chunk (32 registers at head_dim 128).
+  uint32_t q_reg[MT == 1 ? C::kQK : 1][4];
+  if constexpr (MT == 1) {
+#pragma unroll
+    for (int kk = 0; kk < C::kQK; ++kk) load_q(q_reg[kk], 0, kk);
+  }
+
+  const int key_off = slice * C::kKeysPerWarp;
+
+  for (int t = 0; t < n_tiles; ++t) {
+    cp_async_wait<C::kStages - 2>();
+    __syncthreads();  // tile t visible to all warps; every warp is done with tile t-1's stage
+    {
+      const int nt = t + C::kStages - 1;
+      if (nt < n_tiles) load_tile(nt, nt % C::kStages);
+      cp_async_commit();
+    }
+    const uint32_t k_st = pipe_addr + (t % C::kStages) * C::kStageBytes;
+    const uint32_t v_st = k_st + C::kTileBytes;
+
+    // ---- S = q K^T over this warp's key slice: [MT*16 rows, kKeysPerWarp keys] ----
+    float sfr[MT][C::kSN][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int n = 0; n < C::kSN; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sfr[mt][n][i] = 0.f;
+
+#pragma unroll
+    for (int kk = 0; kk < C::kQK; ++kk) {
+      uint32_t qa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (MT == 1) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) qa[mt][i] = q_reg[kk][i];
+        } else {
+          load_q(qa[mt], mt, kk);
+        }
+      }
+      if constexpr (!FP8) {
+#pragma unroll
+        for (int np = 0; np < C::kSN / 2; ++np) {
+          // matrices: keys 0-7 x dims 0-7 / 8-15, keys 8-15 x dims 0-7 / 8-15 -> b0,b1 of two n-tiles
+          const int key = key_off + np * 16 + (lane & 7) + (lane >> 4) * 8;
+          const int dim = kk * 16 + ((lane >> 3) & 1) * 8;
+          uint32_t kb[4];
+          ldmatrix_x4(kb, k_st + key * C::kRowStride + dim * 2);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_16816<false>(sfr[mt][2 * np], qa[mt], kb[0], kb[1]);
+            mma_16816<false>(sfr[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < C::kSN; ++n) {
+          const uint32_t w = lds_u32(k_st + (key_off + n * 8 + g) * C::kRowStride + kk * 16 + 4 * c4);
+          const uint32_t b0 = e4m3x2_to_f16x2(w & 0xffffu), b1 = e4m3x2_to_f16x2(w >> 16);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) mma_16816<true>(sfr[mt][n], qa[mt], b0, b1);
+        }
+      }
+    }
+
+    // ---- online softmax over the slice (rows g and g+8 of each m-tile) ----
+    const int tile_base = lo + t * kTileKeys;
+    const bool partial_tile = tile_base + kTileKeys > hi;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int n = 0; n < C::kSN; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float x = sfr[mt][n][i] * score_scale;
+          if (partial_tile && tile_base + key_off + n * 8 + 2 * c4 + (i & 1) >= hi) x = -INFINITY;
+          sfr[mt][n][i] = x;
+        }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < C::kSN; ++n) mx = fmaxf(mx, fmaxf(sfr[mt][n][2 * r], sfr[mt][n][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run[mt][r], mx);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no keys yet: avoid (-inf) - (-inf)
+        const float alpha = fast_exp2(m_run[mt][r] - m_use);
+        m_run[mt][r] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < C::kSN; ++n) {
+          const float p0 = fast_exp2(sfr[mt][n][2 * r] - m_use), p1 = fast_exp2(sfr[mt][n][2 * r + 1] - m_use);
+          sfr[mt][n][2 * r] = p0;
+          sfr[mt][n][2 * r + 1] = p1;
+          sum += p0 + p1;
+        }
+        l_run[mt][r] = l_run[mt][r] * alpha + sum;  // per-thread partial; the quad sums it at the end
+#pragma unroll
+        for (int n = 0; n < C::kDN; ++n) {
+          acc[mt][n][2 * r] *= alpha;
+          acc[mt][n][2 * r + 1] *= alpha;
+        }
+      }
+    }
+
+    // ---- acc += P V: P from the S fragments (C layout of S == A layout of P) ----
+#pragma unroll
+    for (int j = 0; j < C::kPVK; ++j) {
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        pa[mt][0] = pack2<FP8>(sfr[mt][2 * j][0], sfr[mt][2 * j][1]);
+        pa[mt][1] = pack2<FP8>(sfr[mt][2 * j][2], sfr[mt][2 * j][3]);
+        pa[mt][2] = pack2<FP8>(sfr[mt][2 * j + 1][0], sfr[mt][2 * j + 1][1]);
+        pa[mt][3] = pack2<FP8>(sfr[mt][2 * j + 1][2], sfr[mt][2 * j + 1][3]);
+      }
+      const int key0 = key_off + j * 16;
+      if constexpr (!FP8) {
+#pragma unroll
+        for (int dp = 0; dp < C::kDN / 2; ++dp) {
+          // .trans matrices: keys 0-7 / 8-15 x dims 0-7, then x dims 8-15 -> b0,b1 of two n-tiles
+          const int key = key0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+          const int dim = dp * 16 + (lane >> 4) * 8;
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, v_st + key * C::kRowStride + dim * 2);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_16816<false>(acc[mt][2 * dp], pa[mt], vb[0], vb[1]);
+            mma_16816<false>(acc[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
+          }
+        }
+      } else {
+        // 32 dims at a time: word (key, dims 32dg + 4g .. +3) feeds byte t to n-tile 4dg + t, whose
+        // logical column g is physical dim 32dg + 4g + t (undone in the epilogue).
+#pragma unroll
+        for (int dg = 0; dg < HD / 32; ++dg) {
+          const uint32_t col = v_st + dg * 32 + 4 * g;
+          const uint32_t w0 = lds_u32(col + (key0 + 2 * c4) * C::kRowStride);
+          const uint32_t w1 = lds_u32(col + (key0 + 2 * c4 + 1) * C::kRowStride);
+          const uint32_t w2 = lds_u32(col + (key0 + 2 * c4 + 8) * C::kRowStride);
+          const uint32_t w3 = lds_u32(col + (key0 + 2 * c4 + 9) * C::kRowStride);
+#pragma unroll
+          for (int t4 = 0; t4 < 4; ++t4) {
+            const uint32_t sel = uint32_t(t4) | (uint32_t(t4 + 4) << 4);
+            const uint32_t b0 = e4m3x2_to_f16x2(__byte_perm(w0, w1, sel));
+            const uint32_t b1 = e4m3x2_to_f16x2(__byte_perm(w2, w3, sel));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) mma_16816<true>(acc[mt][4 * dg + t4], pa[mt], b0, b1);
+          }
+        }
+      }
+    }
+  }
+
+  // ---- epilogue: combine the key slices in shared memory, write this chunk's partial ----
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline buffers become the reduction buffer
+  float* red = reinterpret_cast<float*>(pipe);  // [kSlices][kRows][kRedStride]
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_run[mt][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = (mg * MT + mt) * 16 + g + 8 * r;
+      float* dst = red + (slice * C::kRows + row) * C::kRedStride;
+#pragma unroll
+      for (int n = 0; n < C::kDN; ++n)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int col = 2 * c4 + i;  // logical column within n-tile n
+          const int dim = FP8 ? (n >> 2) * 32 + 4 * col + (n & 3) : n * 8 + col;
+          dst[dim] = acc[mt][n][2 * r + i];
+        }
+      if (c4 == 0) {
+        ml_s[(slice * C::kRows + row) * 2 + 0] = m_run[mt][r];
+        ml_s[(slice * C::kRows + row) * 2 + 1] = l;
+      }
+    }
+  }
+  __syncthreads();
+  const float out_scale = FP8 ? a.v_scale[kvh * a.scale_head_stride] : 1.f;
+  for (int i = tid; i < group * (HD / 4); i += kThreads) {
+    const int row = i / (HD / 4), d4 = i % (HD / 4);
+    float m_max = -INFINITY;
+#pragma unroll
+    for (int sl = 0; sl < C::kSlices; ++sl) m_max = fmaxf(m_max, ml_s[(sl * C::kRows + row) * 2]);
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    float l_sum = 0.f;
+#pragma unroll
+    for (int sl = 0; sl < C::kSlices; ++sl) {
+      const float m = ml_s[(sl * C::kRows + row) * 2];
+      if (m == -INFINITY) continue;  // this slice saw no key (m_max is finite: lo < hi)
+      const float f = fast_exp2(m - m_max);
+      const float4 v = *reinterpret_cast<const float4*>(red + (sl * C::kRows + row) * C::kRedStride + d4 * 4);
+      sum.x += f * v.x;
+      sum.y += f * v.y;
+      sum.z += f * v.z;
+      sum.w += f * v.w;
+      l_sum += f * ml_s[(sl * C::kRows + row) * 2 + 1];
+    }
+    sum.x *= out_scale;
+    sum.y *= out_scale;
+    sum.z *= out_scale;
+    sum.w *= out_scale;
+    const int64_t w = ws_base + int64_t(row) * a.n_splits;
+    *reinterpret_cast<float4*>(a.ws_acc + w * HD + d4 * 4) = sum;
+    if (d4 == 0) {
+      a.ws_ml[w * 2 + 0] = m_max;
+      a.ws_ml[w * 2 + 1] = l_sum;
+    }
+  }
+}
+
+// ---- merge kernel: one warp per (sequence, query head) ----
+// grid (ceil(n_head / 4), n_seqs), 128 threads; lane owns head_dim / 32 consecutive dims.
+template <int HD>
+__global__ void __launch_bounds__(kThreads) paged_decode_merge_kernel(const KernelArgs a) {
+  constexpr int kPer = HD / 32;
+  const int s = blockIdx.y, lane = threadIdx.x & 31;
+  const int qh = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  griddep_wait();  // the split kernel's partials
+  if (qh >= a.n_head) return;
+  uint16_t* out = a.out + (int64_t(s) * a.n_head + qh) * HD + lane * kPer;
+  const int seq_len = a.seq_lens[s];
+
+  float acc[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) acc[i] = 0.f;
+  float inv_l = 0.f;  // seq_len 0: zeros
+  if (seq_len < 0 || seq_len > a.max_valid_len) {
+    inv_l = NAN;  // lengths the grid or the table does not cover: NaN, never a silently truncated context
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) acc[i] = NAN;
+  } else if (seq_len > 0) {
+    const int lo = a.sliding_window > 0 ? max(0, seq_len - a.sliding_window) : 0;
+    const int sp0 = lo / a.chunk_tokens, sp1 = (seq_len - 1) / a.chunk_tokens;
+    const int64_t w0 = (int64_t(s) * a.n_head + qh) * a.n_splits;
+    const float* ml = a.ws_ml + w0 * 2;
+    float m_max = -INFINITY;
+    for (int sp = sp0 + lane; sp <= sp1; sp += 32) m_max = fmaxf(m_max, ml[sp * 2]);
+    m_max = warp_max(m_max);
+    float l_sum = 0.f;
+    for (int sp = sp0; sp <= sp1; ++sp) {
+      const float m = ml[sp * 2];
+      if (m == -INFINITY) continue;
+      const float f = fast_exp2(m - m_max);
+      l_sum += f * ml[sp * 2 + 1];
+      const float* src = a.ws_acc + (w0 + sp) * HD + lane * kPer;
+      if constexpr (kPer == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(src);
+        acc[0] += f * v.x;
+        acc[1] += f * v.y;
+        acc[2] += f * v.z;
+        acc[3] += f * v.w;
+      } else {
+        const float2 v = *reinterpret_cast<const float2*>(src);
+        acc[0] += f * v.x;
+        acc[1] += f * v.y;
+      }
+    }
+    inv_l = 1.f / l_sum;
+  }
+  uint32_t packed[kPer / 2];
+#pragma unroll
+  for (int i = 0; i < kPer / 2; ++i) packed[i] = pack2<false>(acc[2 * i] * inv_l, acc[2 * i + 1] * inv_l);
+  if constexpr (kPer == 4) {
+    *reinterpret_cast<uint2*>(out) = make_uint2(packed[0], packed[1]);
+  } else {
+    *reinterpret_cast<uint32_t*>(out) = packed[0];
+  }
+}
+
+// ---- host side ----
+int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
+
+// Chunk size in 64-key tiles: the largest power of two <= kMaxChunkTiles that still gives
+// kTargetCtas CTAs, but no fewer than min_tiles (a CTA's partial, group * head_dim * 4 bytes
+// written and read back by the merge, must stay small next to the K/V bytes it reads).
+int plan_chunk_tiles(int n_seqs, int n_head_kv, int min_tiles, int max_seq_len_bound) {
+  const int tiles = ceil_div(max_seq_len_bound, kTileKeys);
+  int chunk = kMaxChunkTiles;
+  while (chunk > min_tiles && int64_t(n_seqs) * n_head_kv * ceil_div(tiles, chunk) < kTargetCtas) chunk /= 2;
+  return chunk;
+}
+
+int min_chunk_tiles(int group, KvDtype dtype) {
+  // partial round trip / K+V bytes of a chunk of t tiles = 2 * group * hd * 4 / (t * 64 * 2 * hd * elt)
+  // = group / (16 * t * elt); <= 1/8 needs t >= group / (2 * elt): MQA-32 bf16 8 tiles (512 tokens),
+  // GQA-8 bf16 2, MHA 1, GQA-8 fp8 4.
+  const int elt = kv_element_bytes(dtype);
+  int t = 1;
+  while (t < kMaxChunkTiles && t * 2 * elt < group) t *= 2;
+  return t;
+}
+
+size_t workspace_bytes_for(int n_seqs, int n_head, int head_dim, int n_splits) {
+  return size_t(n_seqs) * n_head * n_splits * (size_t(head_dim) + 2) * sizeof(float);
+}
+
+bool is_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <typename Kernel>
+void set_smem_once(Kernel kernel, int bytes, bool& done) {
+  // Once per instantiation and process (single-GPU engine; a second device would need its own call).
+  if (done) return;
+  LS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done = true;
+}
+
+template <typename Kernel>
+void launch_pdl(Kernel kernel, dim3 grid, int smem_bytes, cudaStream_t stream, const KernelArgs& args,
+                const char* name) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = size_t(smem_bytes);
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  LS_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
+  LS_CUDA_CHECK_LAUNCH(name);
+}
+
+template <int HD, bool FP8, int MT, int NMG>
+void launch_split(const KernelArgs& args, dim3 grid, cudaStream_t stream) {
+  using C = Config<HD, FP8, MT, NMG>;
+  static_assert(C::kSmemBytes <= 227 * 1024, "shared memory per CTA");
+  static bool configured = false;
+  auto kernel = paged_decode_split_kernel<HD, FP8, MT, NMG>;
+  set_smem_once(kernel, C::kSmemBytes, configured);
+  launch_pdl(kernel, grid, C::kSmemBytes, stream, args, "paged_decode_split_kernel");
+}
+
+template <int HD, bool FP8>
+void launch_split_for_group(const KernelArgs& args, dim3 grid, cudaStream_t stream) {
+  if (args.group <= 16) launch_split<HD, FP8, 1, 1>(args, grid, stream);
+  else if (args.group <= 32) launch_split<HD, FP8, 2, 1>(args, grid, stream);
+  else launch_split<HD, FP8, 2, 2>(args, grid, stream);
+}
+
+void validate(const PagedDecodeParams& p) {
+  const char* k = "paged_decode_attention: ";
+  if (p.n_seqs < 0) kernel_fail(k, "n_seqs must be >= 0, found ", p.n_seqs);
+  if (p.n_seqs > 65535) kernel_fail(k, "n_seqs must be <= 65535 (grid z), found ", p.n_seqs);
+  if (p.head_dim != 64 && p.head_dim != 128) kernel_fail(k, "head_dim must be 64 or 128, found ", p.head_dim);
+  if (p.n_head < 1 || p.n_head_kv < 1)
+    kernel_fail(k, "n_head and n_head_kv must be >= 1, found n_head ", p.n_head, ", n_head_kv ", p.n_head_kv);
+  if (p.n_head % p.n_head_kv != 0)
+    kernel_fail(k, "n_head must be a multiple of n_head_kv, found n_head ", p.n_head, ", n_head_kv ", p.n_head_kv);
+  if (p.n_head / p.n_head_kv > kMaxGroup)
+    kernel_fail(k, "n_head / n_head_kv must be <= ", kMaxGroup, ", found ", p.n_head / p.n_head_kv);
+  if (p.block_size < 8 || p.block_size > 256 || (p.block_size & (p.block_size - 1)) != 0)
+    kernel_fail(k, "block_size must be a power of two in [8, 256], found ", p.block_size);
+  if (p.max_seq_len_bound < 1) kernel_fail(k, "max_seq_len_bound must be >= 1, found ", p.max_seq_len_bound);
+  if (p.max_blocks_per_seq < 1) kernel_fail(k, "max_blocks_per_seq must be >= 1, found ", p.max_blocks_per_seq);
+  if (p.q_seq_stride < int64_t(p.n_head) * p.head_dim || p.q_seq_stride % 8 != 0)
+    kernel_fail(k, "q_seq_stride must be >= n_head * head_dim = ", int64_t(p.n_head) * p.head_dim,
+                " and a multiple of 8, found ", p.q_seq_stride);
+  if (!(p.softmax_scale > 0.f) || !std::isfinite(p.softmax_scale))
+    kernel_fail(k, "softmax_scale must be finite and > 0, found ", p.softmax_scale);
+  if (p.sliding_window < 0) kernel_fail(k, "sliding_window must be >= 0, found ", p.sliding_window);
+  if (p.kv.dtype != KvDtype::Bf16 && p.kv.dtype != KvDtype::Fp8E4M3)
+    kernel_fail(k, "kv.dtype must be Bf16 or Fp8E4M3, found ", int(p.kv.dtype));
+  struct Ptr {
+    const void* ptr;
+    const char* name;
+    bool aligned16;
+  };
+  const Ptr ptrs[] = {{p.q, "q", true},           {p.out, "out", true},           {p.kv.k, "kv.k", true},
+                      {p.kv.v, "kv.v", true},     {p.seq_lens, "seq_lens", false}, {p.block_tables, "block_tables", false},
+                      {p.workspace, "workspace", true}};
+  for (const Ptr& x : ptrs) {
+    if (x.ptr == nullptr) kernel_fail(k, x.name, " must not be null");
+    if (x.aligned16 && !is_aligned16(x.ptr)) kernel_fail(k, x.name, " must be 16-byte aligned, found ", x.ptr);
+  }
+  if (p.kv.dtype == KvDtype::Fp8E4M3) {
+    if (p.kv.k_scale == nullptr || p.kv.v_scale == nullptr)
+      kernel_fail(k, "an FP8 cache needs kv.k_scale and kv.v_scale (device pointers), found ", p.kv.k_scale, ", ",
+                  p.kv.v_scale);
+    if (p.kv.scale_head_stride < 0)
+      kernel_fail(k, "kv.scale_head_stride must be >= 0, found ", p.kv.scale_head_stride);
+  }
+}
+
+}  // namespace
+
+PagedDecodePlan paged_decode_plan(int n_seqs, int n_head, int n_head_kv, int head_dim, KvDtype dtype,
+                                  int max_seq_len_bound) {
+  PagedDecodePlan plan;
+  if (n_seqs < 1 || n_head_kv < 1 || max_seq_len_bound < 1) return plan;
+  const int chunk_tiles =
+      plan_chunk_tiles(n_seqs, n_head_kv, min_chunk_tiles(n_head / n_head_kv, dtype), max_seq_len_bound);
+  plan.chunk_tokens = chunk_tiles * kTileKeys;
+  plan.n_splits = ceil_div(max_seq_len_bound, plan.chunk_tokens);
+  plan.n_ctas = plan.n_splits * n_head_kv * n_seqs;
+  plan.workspace_bytes = workspace_bytes_for(n_seqs, n_head, head_dim, plan.n_splits);
+  return plan;
+}
+
+size_t paged_decode_workspace_bytes(int n_seqs, int n_head, int head_dim, int max_seq_len_bound) {
+  if (n_seqs < 1 || n_head < 1 || max_seq_len_bound < 1) return 16;
+  // A bound on n_seqs * n_splits over every plan with n_seqs' <= n_seqs, bound' <= bound and any
+  // n_head_kv, dtype (so it is monotone: a workspace sized for the largest batch and bound serves
+  // every smaller step). plan_chunk_tiles either keeps the largest chunk (n * ceil(tiles / 16)
+  // rows) or halved it because half as many splits gave < kTargetCtas CTAs (< 2 * kTargetCtas
+  // rows); and n_splits <= tiles.
+  const int64_t tiles = ceil_div(max_seq_len_bound, kTileKeys);
+  const int64_t rows = std::max<int64_t>(n_seqs * int64_t(ceil_div(tiles, kMaxChunkTiles)),
+                                         std::min<int64_t>(2 * kTargetCtas, n_seqs * tiles));
+  return size_t(rows) * n_head * (size_t(head_dim) + 2) * sizeof(float);
+}
+
+void paged_decode_attention(const PagedDecodeParams& p, cudaStream_t stream) {
+  validate(p);
+  if (p.n_seqs == 0) return;
+  const PagedDecodePlan plan =
+      paged_decode_plan(p.n_seqs, p.n_head, p.n_head_kv, p.head_dim, p.kv.dtype, p.max_seq_len_bound);
+  if (p.workspace_bytes < plan.workspace_bytes)
+    kernel_fail("paged_decode_attention: workspace_bytes must be >= ", plan.workspace_bytes,
+                " (paged_decode_workspace_bytes(", p.n_seqs, ", ", p.n_head, ", ", p.head_dim, ", ",
+                p.max_seq_len_bound, ") = ",
+                paged_decode_workspace_bytes(p.n_seqs, p.n_head, p.head_dim, p.max_seq_len_bound), "), found ",
+                p.workspace_bytes);
+
+  KernelArgs a{};
+  a.q = static_cast<const uint16_t*>(p.q);
+  a.q_seq_stride = p.q_seq_stride;
+  a.k = static_cast<const unsigned char*>(p.kv.k);
+  a.v = static_cast<const unsigned char*>(p.kv.v);
+  a.k_scale = p.kv.k_scale;
+  a.v_scale = p.kv.v_scale;
+  a.scale_head_stride = p.kv.scale_head_stride;
+  a.seq_lens = p.seq_lens;
+  a.block_tables = p.block_tables;
+  a.max_blocks_per_seq = p.max_blocks_per_seq;
+  int log2_bs = 0;
+  while ((1 << log2_bs) < p.block_size) ++log2_bs;
+  a.log2_block_size = log2_bs;
+  a.n_head = p.n_head;
+  a.n_head_kv = p.n_head_kv;
+  a.group = p.n_head / p.n_head_kv;
+  a.softmax_scale = p.softmax_scale;
+  a.sliding_window = p.sliding_window;
+  a.max_valid_len = int(std::min<int64_t>(p.max_seq_len_bound, int64_t(p.max_blocks_per_seq) * p.block_size));
+  a.chunk_tokens = plan.chunk_tokens;
+  a.n_splits = plan.n_splits;
+  a.ws_acc = static_cast<float*>(p.workspace);
+  a.ws_ml = a.ws_acc + size_t(p.n_seqs) * p.n_head * plan.n_splits * p.head_dim;  // 16-byte aligned: head_dim % 4 == 0
+  a.out = static_cast<uint16_t*>(p.out);
+
+  // ws_acc: [n_seqs, n_head, n_splits, head_dim] f32; ws_ml: [n_seqs, n_head, n_splits, 2] f32
+  const dim3 split_grid(plan.n_splits, p.n_head_kv, p.n_seqs);
+  const bool fp8 = p.kv.dtype == KvDtype::Fp8E4M3;
+  if (p.head_dim == 128) {
+    fp8 ? launch_split_for_group<128, true>(a, split_grid, stream) : launch_split_for_group<128, false>(a, split_grid, stream);
+  } else {
+    fp8 ? launch_split_for_group<64, true>(a, split_grid, stream) : launch_split_for_group<64, false>(a, split_grid, stream);
+  }
+  const dim3 merge_grid(ceil_div(p.n_head, kWarps), p.n_seqs);
+  if (p.head_dim == 128) launch_pdl(paged_decode_merge_kernel<128>, merge_grid, 0, stream, a, "paged_decode_merge_kernel");
+  else launch_pdl(paged_decode_merge_kernel<64>, merge_grid, 0, stream, a, "paged_decode_merge_kernel");
+}
+
+}  // namespace latentserve::cuda

@@ -1,0 +1,65 @@
+#pragma once
+// Decode attention (one new query token per sequence) over the paged KV cache, for MHA, GQA
+// and MQA, with a bf16 or e4m3 (FP8) cache. Memory-bound by design: every K/V byte of a KV
+// group is read once, by one CTA that processes all query heads of that group together on
+// tensor cores (mma.sync m16n8k16), and the context is split into chunks (split-KV) so that
+// even a small batch fills the GPU; a second small kernel merges the chunks' partial softmax
+// states. Design, bytes and FLOPs: docs/cuda-decode-attention.md.
+//
+// Semantics (the CPU reference: backend/cpu/paged_attention.h, reference/attention_reference.h):
+//   slot(s, pos) = block_tables[s * max_blocks_per_seq + pos / block_size] * block_size + pos % block_size
+//   K of KV head h at pos: kv.k + (slot * n_head_kv + h) * head_dim elements (V likewise)
+//   query head qh attends with KV head qh / (n_head / n_head_kv), over the keys
+//   [max(0, seq_len - sliding_window), seq_len) (all of [0, seq_len) when sliding_window == 0)
+//   out = sum_i p_i v_i / sum_i p_i,  p_i = exp(softmax_scale * q.k_i - max), f32, rounded to bf16
+//   FP8: value = e4m3_to_f32(code) * scale[h * scale_head_stride], dequantised in registers.
+// seq_len 0 (a padded row) writes zeros; seq_len < 0, > max_seq_len_bound or > max_blocks_per_seq *
+// block_size writes NaN (a loud failure instead of a silently truncated context or a read past
+// the table). No host synchronisation: capturable in a CUDA graph.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/kv_cache_layout.h"
+
+namespace latentserve::cuda {
+
+struct PagedDecodeParams {
+  const void* q;          // bf16 [n_seqs, n_head, head_dim]; row of sequence s at q + s*q_seq_stride elements
+  int64_t q_seq_stride;   // elements (>= n_head*head_dim); the model passes its fused qkv buffer
+  DeviceKvLayer kv;       // one layer: k,v [n_slots, n_head_kv, head_dim], bf16 or e4m3 + scales (kv_cache_layout.h)
+  void* out;              // bf16 [n_seqs, n_head, head_dim], contiguous
+  const int32_t* seq_lens;      // [n_seqs] context length incl. the new token (device); 0 = padded row: write zeros
+  const int32_t* block_tables;  // [n_seqs, max_blocks_per_seq] block ids (device)
+  int n_seqs = 0, max_blocks_per_seq = 0, block_size = 0;  // block_size: tokens per block, power of two in [8, 256]
+  int n_head = 0, n_head_kv = 0, head_dim = 0;             // head_dim 64 or 128; n_head % n_head_kv == 0
+  float softmax_scale = 0;
+  int sliding_window = 0;     // > 0: the query at position p = seq_len-1 sees keys (p - window, p]
+  int max_seq_len_bound = 0;  // host-known upper bound of seq_lens: sizes the grid (so a captured graph stays valid as lengths grow up to it)
+  void* workspace = nullptr;  // device scratch of paged_decode_workspace_bytes(...) bytes (split-KV partials)
+  size_t workspace_bytes = 0;
+};
+// Requirements the launcher checks (each failure throws Error naming the field):
+//   q, out, kv.k, kv.v, seq_lens, block_tables, workspace non-null; q, out, kv.k, kv.v, workspace
+//   16-byte aligned; q_seq_stride >= n_head*head_dim and a multiple of 8; n_head / n_head_kv <= 64;
+//   max_blocks_per_seq >= 1; max_seq_len_bound >= 1; FP8: k_scale, v_scale non-null.
+
+// Bytes of workspace: an upper bound over every n_head_kv and KV dtype, and monotone in n_seqs
+// and max_seq_len_bound, so a workspace sized for the largest batch and bound serves every
+// smaller step (allocate it once; at most ~18 MB beyond n_seqs*n_head*ceil(bound/1024) partials).
+size_t paged_decode_workspace_bytes(int n_seqs, int n_head, int head_dim, int max_seq_len_bound);
+
+void paged_decode_attention(const PagedDecodeParams& p, cudaStream_t stream);
+
+// The launch shape paged_decode_attention picks (host arithmetic only; for benchmarks and docs).
+struct PagedDecodePlan {
+  int chunk_tokens = 0;  // context tokens per CTA (a multiple of the 64-key tile)
+  int n_splits = 0;      // CTAs per (sequence, KV head): ceil(max_seq_len_bound / chunk_tokens)
+  int n_ctas = 0;        // n_splits * n_head_kv * n_seqs
+  size_t workspace_bytes = 0;  // what this launch uses (<= paged_decode_workspace_bytes)
+};
+PagedDecodePlan paged_decode_plan(int n_seqs, int n_head, int n_head_kv, int head_dim, KvDtype dtype,
+                                  int max_seq_len_bound);
+
+}  // namespace latentserve::cuda

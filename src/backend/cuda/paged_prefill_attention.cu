@@ -1,0 +1,440 @@
+// Paged prefill attention: FlashAttention-2 on mma.sync (design: docs/cuda-prefill-attention.md).
+//
+// One CTA per (query tile of kBlockM = 16 * kWarps rows, query head, sequence); each warp owns
+// 16 query rows and keeps its Q fragment in registers for the whole key loop. K/V tiles of
+// kBlockN keys arrive through the block table with cp.async (16-byte copies, one slot per key
+// row) into a kStages-deep ring of XOR-swizzled shared buffers; S = Q K^T and O += P V run on
+// m16n8k16 bf16 MMAs with f32 accumulators; the softmax is online in f32 with exp2 and the
+// scale folded as log2(e) * scale. Key tiles run from the last (diagonal) to the first, so the
+// causal mask is applied only on the first one or two tiles a warp sees.
+// FP8 caches: the codes are staged raw by cp.async and widened to bf16 tiles in shared memory
+// (e4m3 -> bf16 is exact); the per-head scales are folded into the score scale (k) and the
+// output (v), which is exact for one KV head per CTA.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/kernel_error.h"
+#include "backend/cuda/paged_prefill_attention.h"
+
+namespace latentserve::cuda {
+
+namespace {
+
+template <int HeadDim, bool Fp8>
+struct Config {
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBlockM = 16 * kWarps;  // query rows per CTA
+  static constexpr int kBlockN = 64;           // keys per tile
+  static constexpr int kStages = 3;            // K/V tiles in flight
+  static constexpr int kMinBlocksPerSm = 1;
+  static constexpr int kRowBytes = HeadDim * 2;  // one bf16 row in shared memory
+  static constexpr int kChunks = HeadDim / 8;    // 16-byte chunks per bf16 row
+  static constexpr int kTileBytes = kBlockN * kRowBytes;  // one bf16 K (or V) tile
+  static constexpr int kQBytes = kBlockM * kRowBytes;
+  static constexpr int kRawChunks = HeadDim / 16;            // 16-byte chunks per fp8 row
+  static constexpr int kRawTileBytes = kBlockN * HeadDim;    // one fp8 K (or V) tile
+  static constexpr int kStageBytes = Fp8 ? 2 * kRawTileBytes : 2 * kTileBytes;  // K then V
+  // [Q][stage 0 .. kStages-1][FP8 only: the widened bf16 K, V tiles]
+  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + (Fp8 ? 2 * kTileBytes : 0);
+  static_assert(HeadDim == 64 || HeadDim == 128, "head_dim 64 or 128");
+  static_assert(kChunks >= 8, "the XOR swizzle needs at least 8 chunks per row");
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of rows of kRowBytes: the chunk
+// index is XORed with row % 8 so the 8 rows an ldmatrix phase reads hit 8 distinct bank groups.
+template <int kRowBytes>
+__device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
+  return uint32_t(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
+}
+
+// 16-byte global -> shared copy; valid == false zero-fills the destination (reads nothing).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c[16x8] += a[16x16] · b[16x8], bf16 inputs, f32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float exp2_approx(float x) {  // exp2(-inf) = +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Two e4m3 codes (low byte first) -> two bf16 (exact: every e4m3 value is an f16 and a bf16).
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two_codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
+  const float2 f = __half22float2(__half2(h));
+  return pack_bf16x2(f.x, f.y);
+}
+
+template <int HeadDim, bool Fp8>
+__global__ void __launch_bounds__(Config<HeadDim, Fp8>::kThreads, Config<HeadDim, Fp8>::kMinBlocksPerSm)
+    paged_prefill_kernel(const PagedPrefillParams p) {
+  using C = Config<HeadDim, Fp8>;
+  constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStages = C::kStages;
+  extern __shared__ __align__(128) unsigned char smem[];
+
+  const int head = blockIdx.x, seq = blockIdx.y;
+  const int q_tile = int(gridDim.z) - 1 - int(blockIdx.z);  // heaviest (last) query tiles first
+  const int q_begin = p.query_start_loc[seq];
+  const int q_len = p.query_start_loc[seq + 1] - q_begin;
+  const int m0 = q_tile * kBlockM;  // first query row of this tile within the sequence
+  if (m0 >= q_len) return;
+  const int seq_len = p.seq_lens[seq];
+  const int first_pos = seq_len - q_len;  // position of the sequence's first query
+  if (first_pos < 0) return;              // malformed step: leave the rows unwritten (NaN-visible)
+
+  const int window = p.sliding_window;
+  const int pos_lo = first_pos + m0;                                  // the tile's first query position
+  const int kv_end = first_pos + min(q_len, m0 + kBlockM);           // past the last real query's position
+  const int kv_lo = window > 0 ? max(0, pos_lo - window + 1) : 0;    // no query of the tile sees a key below
+  const int tile_lo = kv_lo / kBlockN, tile_hi = (kv_end - 1) / kBlockN;
+  const int n_kv_tiles = tile_hi - tile_lo + 1;
+
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int head_kv = head / (p.n_head / p.n_head_kv);
+  const int log2_block = __ffs(p.block_size) - 1;
+  const int32_t* table = p.block_tables + int64_t(seq) * p.max_blocks_per_seq;
+
+  const uint32_t s_q = smem_u32(smem);
+  const uint32_t s_stages = s_q + C::kQBytes;
+  const uint32_t s_wide = s_stages + kStages * C::kStageBytes;  // FP8: the bf16 K, V tiles
+
+  // ---- Q tile: [kBlockM, HeadDim] bf16 rows of tokens q_begin + m0 + r (zero past q_len)
+  {
+    const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(p.q);
+    const __nv_bfloat16* q_rows = q + int64_t(q_begin + m0) * p.q_token_stride + int64_t(head) * HeadDim;
+    constexpr int kPasses = kBlockM * C::kChunks / C::kThreads;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int idx = tid + i * C::kThreads, r = idx / C::kChunks, c = idx % C::kChunks;
+      const bool valid = m0 + r < q_len;
+      const __nv_bfloat16* src = valid ? q_rows + int64_t(r) * p.q_token_stride + c * 8 : q;
+      cp_async_16(s_q + swizzle<C::kRowBytes>(r, c), src, valid);
+    }
+  }
+
+  // ---- K/V tile `tile` (keys [tile*kBlockN, +kBlockN)) into ring slot `stage`. Each key row's slot
+  // comes from the block table; keys outside [kv_lo, kv_end) are zero-filled, never read (their
+  // blocks may not exist), so a masked P = 0 never meets a garbage (NaN) V.
+  auto load_kv = [&](int tile, int stage) {
+    const int n_start = tile * kBlockN;
+    const uint32_t dst_k = s_stages + stage * C::kStageBytes, dst_v = dst_k + C::kStageBytes / 2;
+    const unsigned char* k_base = static_cast<const unsigned char*>(p.kv.k);
+    const unsigned char* v_base = static_cast<const unsigned char*>(p.kv.v);
+    constexpr int kChunksPerRow = Fp8 ? C::kRawChunks : C::kChunks;
+    constexpr int kPasses = kBlockN * kChunksPerRow / C::kThreads;
+    static_assert(kPasses >= 1 && kBlockN * kChunksPerRow % C::kThreads == 0, "tile copy must split evenly");
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int idx = tid + i * C::kThreads, r = idx / kChunksPerRow, c = idx % kChunksPerRow;
+      const int pos = n_start + r;
+      const bool valid = pos >= kv_lo && pos < kv_end;
+      int64_t offset = 0;  // bytes
+      if (valid) {
+        const int64_t slot = int64_t(table[pos >> log2_block]) * p.block_size + (pos & (p.block_size - 1));
+        offset = ((slot * p.n_head_kv + head_kv) * HeadDim) * (Fp8 ? 1 : 2) + c * 16;
+      }
+      const uint32_t dst = Fp8 ? uint32_t(r * HeadDim + c * 16) : swizzle<C::kRowBytes>(r, c);
+      cp_async_16(dst_k + dst, k_base + offset, valid);
+      cp_async_16(dst_v + dst, v_base + offset, valid);
+    }
+  };
+
+  // FP8: raw codes of ring slot `stage` -> bf16 swizzled K, V tiles at s_wide.
+  auto widen_fp8 = [&](int stage) {
+    constexpr int kItems = 2 * kBlockN * C::kRawChunks;  // K and V, 16 codes each
+    constexpr int kPasses = kItems / C::kThreads;
+    static_assert(kItems % C::kThreads == 0, "widening must split evenly");
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int idx = tid + i * C::kThreads;
+      const int which = idx / (kBlockN * C::kRawChunks), rem = idx % (kBlockN * C::kRawChunks);
+      const int r = rem / C::kRawChunks, c = rem % C::kRawChunks;
+      const unsigned char* raw = smem + C::kQBytes + stage * C::kStageBytes + which * C::kRawTileBytes;
+      const uint4 codes = *reinterpret_cast<const uint4*>(raw + r * HeadDim + c * 16);
+      const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+      uint32_t out[8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        out[2 * j] = fp8x2_to_bf16x2(w[j] & 0xffffu);
+        out[2 * j + 1] = fp8x2_to_bf16x2(w[j] >> 16);
+      }
+      unsigned char* wide = smem + (s_wide - s_q) + which * C::kTileBytes;
+      *reinterpret_cast<uint4*>(wide + swizzle<C::kRowBytes>(r, 2 * c)) = make_uint4(out[0], out[1], out[2], out[3]);
+      *reinterpret_cast<uint4*>(wide + swizzle<C::kRowBytes>(r, 2 * c + 1)) = make_uint4(out[4], out[5], out[6], out[7]);
+    }
+  };
+
+  // Prologue: Q and the first kStages-1 key tiles (last tile first), one commit group each.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_kv_tiles) load_kv(tile_hi - s, s);
+    cp_async_commit();
+  }
+
+  // This warp's real query rows: positions [w_pos_lo, w_pos_hi]; none when the warp is past q_len.
+  const int w_row0 = m0 + warp * 16;
+  const int w_rows = min(16, q_len - w_row0);
+  const int w_pos_lo = first_pos + w_row0, w_pos_hi = w_pos_lo + w_rows - 1;
+  const int g = lane >> 2, t = lane & 3;  // mma fragment coordinates: row group, column pair
+  const int row_pos[2] = {w_pos_lo + g, w_pos_lo + g + 8};
+
+  // Per-lane ldmatrix coordinates (see docs: fragment layouts).
+  const int q_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, q_chunk = lane >> 4;
+  const int k_row = (lane & 7) + (lane >> 4) * 8, k_chunk = (lane >> 3) & 1;
+  const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8, v_chunk = lane >> 4;
+
+  float k_scale = 1.0f, v_scale = 1.0f;
+  if constexpr (Fp8) {
+    k_scale = p.kv.k_scale[head_kv * p.kv.scale_head_stride];
+    v_scale = p.kv.v_scale[head_kv * p.kv.scale_head_stride];
+  }
+  const float scale_log2 = p.softmax_scale * 1.4426950408889634f * k_scale;
+
+  uint32_t q_frag[HeadDim / 16][4];
+  float o[HeadDim / 8][4];
+#pragma unroll
+  for (int d = 0; d < HeadDim / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+
+  int stage = 0;
+  for (int it = 0; it < n_kv_tiles; ++it) {
+    const int tile = tile_hi - it;
+    cp_async_wait<kStages - 2>();  // tile `it` (and Q) have landed for this thread ...
+    __syncthreads();               // ... and for all; slot (it - 1) % kStages is free again
+    if (it == 0) {
+#pragma unroll
+      for (int kd = 0; kd < HeadDim / 16; ++kd)
+        ldmatrix_x4(q_frag[kd], s_q + swizzle<C::kRowBytes>(q_row, kd * 2 + q_chunk));
+    }
+    if constexpr (Fp8) {
+      widen_fp8(stage);
+      __syncthreads();
+    }
+    {
+      const int next = it + kStages - 1;
+      int next_stage = stage + kStages - 1;
+      if (next_stage >= kStages) next_stage -= kStages;
+      if (next < n_kv_tiles) load_kv(tile_hi - next, next_stage);
+      cp_async_commit();
+    }
+    const uint32_t s_k = Fp8 ? s_wide : s_stages + stage * C::kStageBytes;
+    const uint32_t s_v = s_k + (Fp8 ? C::kTileBytes : C::kStageBytes / 2);
+    if (++stage == kStages) stage = 0;
+
+    const int n_start = tile * kBlockN;
+    // Warp-uniform: skip a tile none of this warp's rows can see (above the diagonal, or wholly
+    // before every row's window); mask only tiles that cut the diagonal or a window edge.
+    if (w_rows <= 0 || n_start > w_pos_hi) continue;
+    if (window > 0 && n_start + kBlockN - 1 <= w_pos_lo - window) continue;
+    const bool need_mask =
+        n_start + kBlockN - 1 > w_pos_lo || (window > 0 && n_start <= w_pos_lo + 15 - window);
+
+    // ---- S = Q K^T: [16, kBlockN] per warp, f32
+    float s[kBlockN / 8][4];
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int kd = 0; kd < HeadDim / 16; ++kd) {
+#pragma unroll
+      for (int np = 0; np < kBlockN / 16; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, s_k + swizzle<C::kRowBytes>(np * 16 + k_row, kd * 2 + k_chunk));
+        mma_bf16(s[2 * np], q_frag[kd], b[0], b[1]);
+        mma_bf16(s[2 * np + 1], q_frag[kd], b[2], b[3]);
+      }
+    }
+
+    if (need_mask) {
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n_start + j * 8 + 2 * t + (e & 1), pos = row_pos[e >> 1];
+          if (key > pos || (window > 0 && key <= pos - window)) s[j][e] = -INFINITY;
+        }
+    }
+
+    // ---- online softmax (rows g and g + 8 of the warp; the 4 lanes of a row hold 16 keys each)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = row_max[r];
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // A row with every key so far masked keeps max -inf: subtract 0 so exp2 gives 0, not NaN.
+      const float max_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
+      const float correction = exp2_approx(row_max[r] * scale_log2 - max_scaled);  // 0 on the first tile
+      row_max[r] = mx;
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        s[j][2 * r] = exp2_approx(fmaf(s[j][2 * r], scale_log2, -max_scaled));
+        s[j][2 * r + 1] = exp2_approx(fmaf(s[j][2 * r + 1], scale_log2, -max_scaled));
+        sum += s[j][2 * r] + s[j][2 * r + 1];
+      }
+      row_sum[r] = row_sum[r] * correction + sum;  // this lane's partial sum; lanes reduce at the end
+#pragma unroll
+      for (int d = 0; d < HeadDim / 8; ++d) {
+        o[d][2 * r] *= correction;
+        o[d][2 * r + 1] *= correction;
+      }
+    }
+
+    // ---- O += P V: P from the S accumulators (bf16), V through ldmatrix.trans
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint32_t a[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                             pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < HeadDim / 16; ++dp) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, s_v + swizzle<C::kRowBytes>(kk * 16 + v_row, dp * 2 + v_chunk));
+        mma_bf16(o[2 * dp], a, b[0], b[1]);
+        mma_bf16(o[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
+
+  // ---- out = O / l (times the V scale), bf16
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.0f ? v_scale / l : 0.0f;
+    const int m = w_row0 + g + 8 * r;
+    if (m >= q_len) continue;
+    __nv_bfloat16* dst = out + (int64_t(q_begin + m) * p.n_head + head) * HeadDim + 2 * t;
+#pragma unroll
+    for (int d = 0; d < HeadDim / 8; ++d)
+      *reinterpret_cast<uint32_t*>(dst + d * 8) = pack_bf16x2(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
+  }
+}
+
+template <int HeadDim, bool Fp8>
+void launch(const PagedPrefillParams& p, cudaStream_t stream) {
+  using C = Config<HeadDim, Fp8>;
+  // Opting in to > 48 KiB of dynamic shared memory is a function attribute, not a stream
+  // operation: done once per instantiation, safe during graph capture.
+  static const cudaError_t attribute_status = cudaFuncSetAttribute(
+      paged_prefill_kernel<HeadDim, Fp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+  LS_CUDA_CHECK(attribute_status);
+  const int n_q_tiles = (p.max_query_len + C::kBlockM - 1) / C::kBlockM;
+  if (n_q_tiles > 65535)
+    kernel_fail("paged_prefill_attention: max_query_len ", p.max_query_len, " needs ", n_q_tiles,
+                " query tiles, more than the grid's 65535");
+  const dim3 grid(unsigned(p.n_head), unsigned(p.n_seqs), unsigned(n_q_tiles));
+  paged_prefill_kernel<HeadDim, Fp8><<<grid, C::kThreads, C::kSmemBytes, stream>>>(p);
+  LS_CUDA_CHECK_LAUNCH("paged_prefill_kernel");
+}
+
+bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+
+void validate(const PagedPrefillParams& p) {
+  const char* f = "paged_prefill_attention: ";
+  if (p.head_dim != 64 && p.head_dim != 128) kernel_fail(f, "head_dim must be 64 or 128, found ", p.head_dim);
+  if (p.n_head <= 0) kernel_fail(f, "n_head must be > 0, found ", p.n_head);
+  if (p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0)
+    kernel_fail(f, "n_head_kv must be > 0 and divide n_head = ", p.n_head, ", found ", p.n_head_kv);
+  if (p.n_head > 65535) kernel_fail(f, "n_head must be <= 65535 (grid x), found ", p.n_head);
+  if (p.n_seqs < 0 || p.n_seqs > 65535) kernel_fail(f, "n_seqs must be in [0, 65535], found ", p.n_seqs);
+  if (p.n_tokens < 0) kernel_fail(f, "n_tokens must be >= 0, found ", p.n_tokens);
+  if (p.max_query_len < 0 || p.max_query_len > p.n_tokens)
+    kernel_fail(f, "max_query_len must be in [0, n_tokens = ", p.n_tokens, "], found ", p.max_query_len);
+  if (p.n_seqs > 0 && p.max_query_len == 0 && p.n_tokens > 0)
+    kernel_fail(f, "max_query_len must be > 0 when there are ", p.n_tokens, " tokens, found 0");
+  if (p.block_size < 8 || p.block_size > 256 || (p.block_size & (p.block_size - 1)) != 0)
+    kernel_fail(f, "block_size must be a power of two in [8, 256], found ", p.block_size);
+  if (p.max_blocks_per_seq <= 0) kernel_fail(f, "max_blocks_per_seq must be > 0, found ", p.max_blocks_per_seq);
+  if (!(p.softmax_scale > 0.0f) || !std::isfinite(p.softmax_scale))
+    kernel_fail(f, "softmax_scale must be finite and > 0, found ", p.softmax_scale);
+  if (p.sliding_window < 0) kernel_fail(f, "sliding_window must be >= 0 (0 = none), found ", p.sliding_window);
+  const int64_t row = int64_t(p.n_head) * p.head_dim;
+  if (p.q_token_stride < row || p.q_token_stride % 8 != 0)
+    kernel_fail(f, "q_token_stride must be >= n_head * head_dim = ", row,
+                " and a multiple of 8 (16-byte rows), found ", p.q_token_stride);
+  if (p.q == nullptr || !aligned(p.q, 16)) kernel_fail(f, "q must be a 16-byte aligned device pointer, found ", p.q);
+  if (p.out == nullptr || !aligned(p.out, 16))
+    kernel_fail(f, "out must be a 16-byte aligned device pointer, found ", p.out);
+  if (p.kv.k == nullptr || !aligned(p.kv.k, 16))
+    kernel_fail(f, "kv.k must be a 16-byte aligned device pointer, found ", p.kv.k);
+  if (p.kv.v == nullptr || !aligned(p.kv.v, 16))
+    kernel_fail(f, "kv.v must be a 16-byte aligned device pointer, found ", p.kv.v);
+  if (p.query_start_loc == nullptr) kernel_fail(f, "query_start_loc must not be null");
+  if (p.seq_lens == nullptr) kernel_fail(f, "seq_lens must not be null");
+  if (p.block_tables == nullptr) kernel_fail(f, "block_tables must not be null");
+  if (p.kv.dtype == KvDtype::Fp8E4M3) {
+    if (p.kv.k_scale == nullptr || p.kv.v_scale == nullptr)
+      kernel_fail(f, "an FP8 cache needs kv.k_scale and kv.v_scale, found k_scale ", p.kv.k_scale, ", v_scale ",
+                  p.kv.v_scale);
+    if (p.kv.scale_head_stride != 0 && p.kv.scale_head_stride != 1)
+      kernel_fail(f, "kv.scale_head_stride must be 0 (per-tensor) or 1 (per-head), found ",
+                  p.kv.scale_head_stride);
+  } else if (p.kv.dtype != KvDtype::Bf16) {
+    kernel_fail(f, "kv.dtype must be Bf16 or Fp8E4M3, found ", int(p.kv.dtype));
+  }
+}
+
+}  // namespace
+
+int paged_prefill_query_tile(int head_dim) {
+  return head_dim == 64 ? Config<64, false>::kBlockM : Config<128, false>::kBlockM;
+}
+
+void paged_prefill_attention(const PagedPrefillParams& p, cudaStream_t stream) {
+  validate(p);
+  if (p.n_seqs == 0 || p.max_query_len == 0) return;
+  const bool fp8 = p.kv.dtype == KvDtype::Fp8E4M3;
+  if (p.head_dim == 64) {
+    fp8 ? launch<64, true>(p, stream) : launch<64, false>(p, stream);
+  } else {
+    fp8 ? launch<128, true>(p, stream) : launch<128, false>(p, stream);
+  }
+}
+
+}  // namespace latentserve::cuda

@@ -1,0 +1,514 @@
+#include "backend/cuda/sampling.h"
+
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/kernel_error.h"
+
+namespace latentserve::cuda {
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kArgmaxThreads = 1024;
+constexpr int kThreads = 512, kWarps = kThreads / 32;  // sample_rows: f64 work, 128 registers per thread allowed
+
+// ---- keys: floats as unsigned integers in the same order (-0 and +0 one key; NaN never asked) ----
+__device__ __forceinline__ uint32_t order_key(float v) {
+  if (v == 0.0f) v = 0.0f;  // -0 -> +0: equal logits are one key
+  const uint32_t u = __float_as_uint(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// ---- argmax: (key << 32 | ~index) packed, so one unsigned max picks the larger value and, on
+// ties, the lower index; NaN packs to 0 and loses to everything (-inf included) ----
+__device__ __forceinline__ unsigned long long pack(float v, int i) {
+  return isnan(v) ? 0ull : (static_cast<unsigned long long>(order_key(v)) << 32) | (0xffffffffu - uint32_t(i));
+}
+__device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const unsigned long long y = __shfl_xor_sync(kFull, x, o);
+    x = y > x ? y : x;
+  }
+  return x;
+}
+
+// The row's argmax over blockDim.x threads (a multiple of 32, <= 1024); every thread gets it.
+__device__ int row_argmax(const float* row, int vocab) {
+  __shared__ unsigned long long partial[32];
+  __shared__ int result;
+  unsigned long long best = 0;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+    const float4* r4 = reinterpret_cast<const float4*>(row);
+    const int n4 = vocab / 4;
+    int q = tid;
+    for (; q + 3 * nt < n4; q += 4 * nt) {  // four 16-byte loads in flight
+      float4 a[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) a[j] = r4[q + j * nt];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = 4 * (q + j * nt);
+        const unsigned long long c = max(max(pack(a[j].x, i), pack(a[j].y, i + 1)), max(pack(a[j].z, i + 2), pack(a[j].w, i + 3)));
+        best = c > best ? c : best;
+      }
+    }
+    for (; q < n4; q += nt) {
+      const float4 a = r4[q];
+      const int i = 4 * q;
+      const unsigned long long c = max(max(pack(a.x, i), pack(a.y, i + 1)), max(pack(a.z, i + 2), pack(a.w, i + 3)));
+      best = c > best ? c : best;
+    }
+    for (int i = 4 * n4 + tid; i < vocab; i += nt) best = max(best, pack(row[i], i));
+  } else {
+    for (int i = tid; i < vocab; i += nt) best = max(best, pack(row[i], i));
+  }
+  best = warp_max_u64(best);
+  if ((tid & 31) == 0) partial[tid >> 5] = best;
+  __syncthreads();
+  if (tid < 32) {
+    unsigned long long v = tid < nt / 32 ? partial[tid] : 0ull;
+    v = warp_max_u64(v);
+    if (tid == 0) result = v == 0ull ? 0 : int(0xffffffffu - uint32_t(v));  // only NaN: 0
+  }
+  __syncthreads();
+  return result;
+}
+
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* logits, int vocab, int32_t* out) {
+  const int best = row_argmax(logits + int64_t(blockIdx.x) * vocab, vocab);
+  if (threadIdx.x == 0) out[blockIdx.x] = best;
+}
+
+// ---- sample_rows ----
+struct Shared {
+  double dhist[256];
+  int chist[256];
+  double wsum[kWarps];
+  int wint[kWarps];
+  double d0, d1;
+  int i0, i1, i2;
+  uint32_t u0;
+  float f0;
+};
+
+// What a row keeps after min_p and top_k: x = double(l) / T, finite, >= floor, key >= topk_key.
+struct Row {
+  const float* l;
+  int vocab;
+  double temperature, m, floor;
+  uint32_t topk_key;
+  __device__ __forceinline__ bool kept(float v, double& x) const {
+    if (isnan(v) || v == -INFINITY) return false;
+    x = double(v) / temperature;
+    return x >= floor && order_key(v) >= topk_key;
+  }
+  __device__ __forceinline__ double mass(double x) const { return exp(x - m); }
+};
+
+__device__ double block_sum_double(double v, Shared& sh) {  // deterministic: fixed shuffle tree, fixed warp order
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh.wsum[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0;
+    for (int w = 0; w < kWarps; ++w) s += sh.wsum[w];
+    sh.d0 = s;
+  }
+  __syncthreads();
+  return sh.d0;
+}
+
+__device__ int block_sum_int(int v, Shared& sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh.wint[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int s = 0;
+    for (int w = 0; w < kWarps; ++w) s += sh.wint[w];
+    sh.i0 = s;
+  }
+  __syncthreads();
+  return sh.i0;
+}
+
+// The k-th largest key (with multiplicity) among the non-NaN logits: radix select, 8 bits a pass.
+__device__ uint32_t kth_largest_key(const Row& r, int k, Shared& sh) {
+  uint32_t prefix = 0;
+  int k_rem = k;
+  for (int level = 0; level < 4; ++level) {
+    const int shift = 24 - 8 * level;
+    const uint32_t mask = level == 0 ? 0u : (0xffffffffu << (32 - 8 * level));
+    for (int i = threadIdx.x; i < 256; i += kThreads) sh.chist[i] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < r.vocab; i += kThreads) {
+      const float v = r.l[i];
+      if (isnan(v)) continue;
+      const uint32_t key = order_key(v);
+      if ((key & mask) == prefix) atomicAdd(&sh.chist[(key >> shift) & 255u], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int above = 0, d = 255;
+      for (; d > 0; --d) {
+        if (above + sh.chist[d] >= k_rem) break;
+        above += sh.chist[d];
+      }
+      sh.u0 = prefix | (uint32_t(d) << shift);
+      sh.i1 = k_rem - above;
+    }
+    __syncthreads();
+    prefix = sh.u0;
+    k_rem = sh.i1;
+  }
+  return prefix;
+}
+
+// The largest key K such that the mass of the set's elements with key >= K is > target (strict)
+// or >= target: radix search, 8 bits a pass, f64 mass per bin. Out: K, the mass of the set
+// above K, how many elements have key K. False when the whole set's mass does not reach target.
+template <class InSet>
+__device__ bool mass_search(const Row& r, InSet in_set, double target, bool strict, Shared& sh, uint32_t& K,
+                            double& above, int& count) {
+  uint32_t prefix = 0;
+  for (int level = 0; level < 4; ++level) {
+    const int shift = 24 - 8 * level;
+    const uint32_t mask = level == 0 ? 0u : (0xffffffffu << (32 - 8 * level));
+    for (int i = threadIdx.x; i < 256; i += kThreads) {
+      sh.dhist[i] = 0.0;
+      sh.chist[i] = 0;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < r.vocab; i += kThreads) {
+      const float v = r.l[i];
+      const uint32_t key = order_key(v);
+      if ((key & mask) != prefix) continue;  // before the f64 division: most elements leave here
+      double x;
+      if (!r.kept(v, x) || !in_set(v)) continue;
+      const uint32_t d = (key >> shift) & 255u;
+      atomicAdd(&sh.dhist[d], r.mass(x));
+      atomicAdd(&sh.chist[d], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double cum = level == 0 ? 0.0 : sh.d1;
+      int chosen = -1, last = -1;
+      double chosen_above = 0.0, last_above = 0.0;
+      for (int d = 255; d >= 0; --d) {
+        if (sh.chist[d] == 0) continue;
+        const double next = cum + sh.dhist[d];
+        if (strict ? next > target : next >= target) {
+          chosen = d;
+          chosen_above = cum;
+          break;
+        }
+        last = d;
+        last_above = cum;
+        cum = next;
+      }
+      // Below the first pass the bins' sums can round a hair under what the pass above promised:
+      // then the lowest bin holds the answer.
+      if (chosen < 0 && level > 0) {
+        chosen = last;
+        chosen_above = last_above;
+      }
+      sh.i2 = chosen >= 0;
+      if (chosen >= 0) {
+        sh.u0 = prefix | (uint32_t(chosen) << shift);
+        sh.d1 = chosen_above;
+        sh.i1 = sh.chist[chosen];
+      }
+    }
+    __syncthreads();
+    if (!sh.i2) return false;
+    prefix = sh.u0;
+  }
+  K = prefix;
+  above = sh.d1;
+  count = sh.i1;
+  __syncthreads();
+  return true;
+}
+
+// The j-th (1-based) index, in id order, of the kept elements with key == K.
+__device__ int nth_with_key(const Row& r, uint32_t K, int j, Shared& sh) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int seg = ((r.vocab + kWarps - 1) / kWarps + 31) / 32 * 32;
+  const int begin = w * seg, end = min(r.vocab, begin + seg);
+  auto is = [&](int i) {
+    if (i >= end) return false;
+    const float v = r.l[i];
+    double x;
+    return r.kept(v, x) && order_key(v) == K;
+  };
+  int count = 0;
+  for (int base = begin; base < end; base += 32) count += __popc(__ballot_sync(kFull, is(base + lane)));
+  if (lane == 0) sh.wint[w] = count;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int cum = 0, sel = -1;
+    for (int v = 0; v < kWarps; ++v) {
+      if (cum + sh.wint[v] >= j) {
+        sel = v;
+        break;
+      }
+      cum += sh.wint[v];
+    }
+    sh.i0 = sel;
+    sh.i1 = j - cum;
+    sh.i2 = -1;
+  }
+  __syncthreads();
+  if (w == sh.i0) {
+    int rem = sh.i1;
+    for (int base = begin; base < end; base += 32) {
+      const bool hit = is(base + lane);
+      const unsigned b = __ballot_sync(kFull, hit);
+      if (rem <= __popc(b)) {
+        if (hit && __popc(b & ((1u << lane) - 1u)) == rem - 1) sh.i2 = base + lane;
+        break;
+      }
+      rem -= __popc(b);
+    }
+  }
+  __syncthreads();
+  return sh.i2;
+}
+
+// Inverse CDF in id order over the kept tokens (the CPU's order when top_p is off): each warp
+// scans its contiguous segment 32 at a time; the same arithmetic twice, so the segment that the
+// prefix sums say holds the crossing finds it. Past the end: the last kept token.
+__device__ int draw_in_id_order(const Row& r, double u, Shared& sh) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int seg = ((r.vocab + kWarps - 1) / kWarps + 31) / 32 * 32;
+  const int begin = w * seg, end = min(r.vocab, begin + seg);
+  auto scan_tile = [&](int base, int& last) {  // inclusive prefix of the kept masses of one tile
+    const int i = base + lane;
+    double mass = 0.0, x;
+    if (i < end && r.kept(r.l[i], x)) {
+      mass = r.mass(x);
+      last = i;
+    }
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const double y = __shfl_up_sync(kFull, mass, o);
+      if (lane >= o) mass += y;
+    }
+    return mass;
+  };
+  double carry = 0.0;
+  int last = -1;
+  for (int base = begin; base < end; base += 32) carry += __shfl_sync(kFull, scan_tile(base, last), 31);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) last = max(last, __shfl_xor_sync(kFull, last, o));
+  if (lane == 0) {
+    sh.wsum[w] = carry;
+    sh.wint[w] = last;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0.0;
+    int last_kept = -1;
+    for (int v = 0; v < kWarps; ++v) {
+      total += sh.wsum[v];
+      last_kept = max(last_kept, sh.wint[v]);
+    }
+    const double target = u * total;
+    double excl = 0.0;
+    int sel = -1;
+    for (int v = 0; v < kWarps; ++v) {
+      const double next = excl + sh.wsum[v];
+      if (next > target) {
+        sel = v;
+        break;
+      }
+      excl = next;
+    }
+    sh.i0 = sel;
+    sh.d0 = excl;
+    sh.d1 = target;
+    sh.i2 = last_kept;  // the answer when nothing crosses
+  }
+  __syncthreads();
+  if (w == sh.i0) {
+    const double excl = sh.d0, target = sh.d1;
+    double c = 0.0;
+    int unused = -1;
+    for (int base = begin; base < end; base += 32) {
+      const double incl = scan_tile(base, unused);
+      const unsigned b = __ballot_sync(kFull, base + lane < end && excl + (c + incl) > target);
+      if (b) {
+        if (lane == 0) sh.i2 = base + __ffs(b) - 1;
+        break;
+      }
+      c += __shfl_sync(kFull, incl, 31);
+    }
+  }
+  __syncthreads();
+  return sh.i2;
+}
+
+__global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsParams p) {
+  __shared__ Shared sh;
+  const int row_index = blockIdx.x;
+  const float* row = p.logits + int64_t(row_index) * p.vocab;
+  const float temperature = p.temperature[row_index];
+
+  // Pass 0: max and NaN, for every row (the flag covers greedy rows too).
+  float vmax = -INFINITY;
+  int nan_seen = 0;
+  for (int i = threadIdx.x; i < p.vocab; i += kThreads) {
+    const float v = row[i];
+    nan_seen |= isnan(v);
+    vmax = fmaxf(vmax, v);  // NaN ignored
+  }
+  vmax = warp_max(vmax);
+  nan_seen = __any_sync(kFull, nan_seen);
+  if ((threadIdx.x & 31) == 0) {
+    sh.wsum[threadIdx.x >> 5] = vmax;
+    sh.wint[threadIdx.x >> 5] = nan_seen;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float m = -INFINITY;
+    int n = 0;
+    for (int w = 0; w < kWarps; ++w) {
+      m = fmaxf(m, float(sh.wsum[w]));
+      n |= sh.wint[w];
+    }
+    sh.f0 = m;
+    sh.i0 = n;
+    if ((n || m == -INFINITY) && p.invalid_row_flag) *p.invalid_row_flag = 1;
+  }
+  __syncthreads();
+  const float lmax = sh.f0;
+  int token = 0;
+  if (!(temperature > 0.0f)) {
+    token = row_argmax(row, p.vocab);
+  } else if (lmax == -INFINITY) {
+    token = 0;  // nothing to sample from (the CPU throws); flagged above
+  } else {
+    Row r{row, p.vocab, double(temperature), double(lmax) / double(temperature), -INFINITY, 0u};
+    const float min_p = p.min_p[row_index], top_p = p.top_p[row_index];
+    const int top_k = p.top_k[row_index];
+    if (min_p > 0.0f) r.floor = r.m + log(double(min_p));
+    double u = p.uniform_f64 ? p.uniform_f64[row_index] : double(p.uniform[row_index]);
+    if (!(u >= 0.0)) u = 0.0;
+    if (u >= 1.0) u = 0x1.fffffffffffffp-1;
+    if (top_k > 0) {
+      int n = 0;
+      double x;
+      for (int i = threadIdx.x; i < p.vocab; i += kThreads) n += r.kept(row[i], x);
+      n = block_sum_int(n, sh);
+      if (top_k < n) r.topk_key = kth_largest_key(r, top_k, sh);
+    }
+    if (!(top_p < 1.0f)) {
+      token = draw_in_id_order(r, u, sh);
+    } else {
+      double local = 0.0, x;
+      for (int i = threadIdx.x; i < p.vocab; i += kThreads)
+        if (r.kept(row[i], x)) local += r.mass(x);
+      const double kept_mass = block_sum_double(local, sh);
+      const double limit = double(top_p) * kept_mass;
+      uint32_t kc = 0;
+      double above_c = 0.0, mass_p = kept_mass, e_c = 0.0;
+      int n_c = 0, n_take = 0;
+      const bool cut = mass_search(r, [](float) { return true; }, limit, false, sh, kc, above_c, n_c);
+      if (cut) {
+        // The ties at the cut key, in id order, while the mass before each is < limit.
+        e_c = r.mass(double(key_value(kc)) / r.temperature);
+        if (threadIdx.x == 0) {
+          double before = above_c;
+          int take = 0;
+          while (take < n_c && before < limit) {
+            before += e_c;
+            ++take;
+          }
+          sh.d0 = before;
+          sh.i0 = take;
+        }
+        __syncthreads();
+        mass_p = sh.d0;
+        n_take = sh.i0;
+        __syncthreads();
+      }
+      const double target = u * mass_p;
+      uint32_t ks = 0;
+      double above_s = 0.0;
+      int n_s = 0;
+      const bool above_cut = mass_search(r, [kc](float v) { return order_key(v) > kc; }, target, true, sh, ks, above_s, n_s);
+      uint32_t key = ks;
+      double start = above_s, e = 0.0;
+      int n_avail = n_s;
+      if (!above_cut) {  // among the ties kept at the cut
+        key = kc;
+        start = above_c;
+        n_avail = n_take;
+      }
+      if (n_avail == 0) {
+        token = row_argmax(row, p.vocab);  // rounding-only corner: nothing reached
+      } else {
+        e = r.mass(double(key_value(key)) / r.temperature);
+        if (threadIdx.x == 0) {
+          double cum = start;
+          int j = 0;
+          while (j < n_avail) {
+            cum += e;
+            ++j;
+            if (cum > target) break;
+          }
+          sh.i0 = j;
+        }
+        __syncthreads();
+        const int j = sh.i0;
+        __syncthreads();
+        token = nth_with_key(r, key, j, sh);
+        if (token < 0) token = row_argmax(row, p.vocab);  // cannot happen: the ties were counted
+      }
+    }
+  }
+  if (threadIdx.x == 0) p.out[row_index] = token;
+}
+
+}  // namespace
+
+void argmax_rows(const float* logits, int n_rows, int vocab, int32_t* out, cudaStream_t s) {
+  if (!logits) kernel_fail("argmax_rows: logits is null (expected a device pointer to f32 [n_rows, vocab])");
+  if (!out) kernel_fail("argmax_rows: out is null (expected a device pointer to int32 [n_rows])");
+  if (n_rows < 0) kernel_fail("argmax_rows: n_rows must be >= 0, found ", n_rows);
+  if (vocab <= 0) kernel_fail("argmax_rows: vocab must be > 0, found ", vocab);
+  if (n_rows == 0) return;
+  argmax_kernel<<<n_rows, kArgmaxThreads, 0, s>>>(logits, vocab, out);
+  LS_CUDA_CHECK_LAUNCH("argmax_kernel");
+}
+
+size_t sample_rows_workspace_bytes(int /*n_rows*/, int /*vocab*/) { return 0; }
+
+void sample_rows(const SampleRowsParams& p, cudaStream_t s) {
+  const char* what = nullptr;
+  if (!p.logits) what = "logits";
+  else if (!p.temperature) what = "temperature";
+  else if (!p.top_k) what = "top_k";
+  else if (!p.top_p) what = "top_p";
+  else if (!p.min_p) what = "min_p";
+  else if (!p.uniform && !p.uniform_f64) what = "uniform (and uniform_f64)";
+  else if (!p.out) what = "out";
+  if (what) kernel_fail("sample_rows: ", what, " is null (expected a device pointer of n_rows values)");
+  if (p.n_rows < 0) kernel_fail("sample_rows: n_rows must be >= 0, found ", p.n_rows);
+  if (p.vocab <= 0) kernel_fail("sample_rows: vocab must be > 0, found ", p.vocab);
+  const size_t need = sample_rows_workspace_bytes(p.n_rows, p.vocab);
+  if (p.workspace_bytes < need || (need > 0 && !p.workspace))
+    kernel_fail("sample_rows: workspace needs ", need, " bytes, found ", p.workspace_bytes,
+                p.workspace ? "" : " (null)");
+  if (p.n_rows == 0) return;
+  sample_rows_kernel<<<p.n_rows, kThreads, 0, s>>>(p);
+  LS_CUDA_CHECK_LAUNCH("sample_rows_kernel");
+}
+
+}  // namespace latentserve::cuda

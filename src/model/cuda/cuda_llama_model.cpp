@@ -1,0 +1,399 @@
+#include "model/cuda/cuda_llama_model.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "backend/cuda/activation.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_kv_cache.h"
+#include "backend/cuda/embedding.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/norm.h"
+#include "backend/cuda/paged_attention_generic.h"
+#include "backend/cuda/paged_decode_attention.h"
+#include "backend/cuda/paged_prefill_attention.h"
+#include "backend/cuda/rope_kv_write.h"
+#include "backend/cuda/sampling.h"
+#include "core/error.h"
+#include "model/cuda/device_weights.h"
+#include "model/cuda/step_buffers.h"
+#include "model/rope_config.h"
+
+namespace latentserve {
+namespace {
+
+using cuda::DeviceBuffer;
+
+struct DeviceLayer {
+  DeviceBuffer input_norm, post_attention_norm, q_norm, k_norm;
+  DeviceBuffer qkv, qkv_bias;          // [(nh + 2 nkv) * hd, H], [(nh + 2 nkv) * hd]
+  DeviceBuffer o_proj, o_bias;         // [H, nh * hd], [H]
+  DeviceBuffer gate_up, gate_up_bias;  // [2 I, H] (gate rows, then up rows), [2 I]
+  DeviceBuffer down, down_bias;        // [H, I], [H]
+};
+
+// A decode graph serves every step of its batch bucket whose sequences are all at most its
+// context bucket long: the decode kernel's grid is sized by that bound, not by the lengths.
+struct GraphKey {
+  int64_t batch_bucket, context_bucket;
+  auto operator<=>(const GraphKey&) const = default;
+};
+
+struct DecodeGraph {
+  cudaGraphExec_t exec = nullptr;
+  ~DecodeGraph() {
+    if (exec) cudaGraphExecDestroy(exec);
+  }
+};
+
+int64_t round_up_pow2(int64_t x, int64_t at_least) {
+  int64_t p = at_least;
+  while (p < x) p *= 2;
+  return p;
+}
+
+// 1, 2, 4, 8, then multiples of 16: a decode of b sequences pads to at most 16 rows more.
+int64_t batch_bucket(int64_t b) { return b <= 8 ? round_up_pow2(b, 1) : (b + 15) / 16 * 16; }
+
+class CudaLlamaModel final : public CausalLM {
+ public:
+  CudaLlamaModel(ModelConfig config, std::unique_ptr<WeightSource> weights, const ModelOptions& options)
+      : config_(std::move(config)),
+        device_(options.device_ordinal),
+        stream_(device_.stream()),
+        graphs_enabled_(options.cuda_graphs) {
+    const ModelConfig& c = config_;
+    if (c.hidden_act != "silu") fail("hidden_act '{}' is not supported (expected silu)", c.hidden_act);
+    if (c.head_dim % 2 != 0 || c.head_dim > 256)
+      fail("the CUDA attention kernels take an even head_dim up to 256, found {} (run this model with --device cpu)",
+           c.head_dim);
+    fast_attention_ = c.head_dim == 64 || c.head_dim == 128;  // else the portable kernel (paged_attention_generic.h)
+    if (c.rope.type == RopeType::DynamicNtk)
+      fail("dynamic NTK RoPE is not implemented on cuda (its tables change with each sequence's length): use --device cpu");
+    spec_ = AttentionSpec::standard(c.n_head, c.n_head_kv, c.head_dim, c.head_dim);
+    gemm_ = std::make_unique<cuda::Gemm>();
+    load_weights(*weights);
+    weights.reset();  // every tensor is on the device now; drop the mmapped checkpoint
+    const RopeTables rope = compute_rope_tables(c.rope, c.head_dim, c.max_position_embeddings, c.max_position_embeddings);
+    rotary_dim_ = rope.rotary_dim;
+    attention_factor_ = rope.attention_factor;
+    inv_freq_ = DeviceBuffer(rope.inv_freq.size() * sizeof(float));
+    inv_freq_.upload(rope.inv_freq.data(), rope.inv_freq.size() * sizeof(float));
+    amax_scratch_ = DeviceBuffer(size_t(2 * c.n_head_kv) * sizeof(unsigned));
+    device_.synchronize();
+  }
+
+  ~CudaLlamaModel() override {
+    graphs_.clear();
+    cudaStreamSynchronize(stream_);
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  AttentionSpec attention_spec() const override { return spec_; }
+  std::string_view device() const override { return "cuda"; }
+
+  std::unique_ptr<KvCacheMemory> make_kv_cache(int64_t n_blocks, int64_t block_size_tokens,
+                                               const cpu::KvCacheOptions& options) const override {
+    return std::make_unique<cuda::CudaKvCache>(spec_, n_layer(), n_blocks, block_size_tokens, options, stream_);
+  }
+  int64_t kv_block_bytes(int64_t block_size_tokens, const cpu::KvCacheOptions& options) const override {
+    return cuda::CudaKvCache::block_bytes(spec_, n_layer(), block_size_tokens, options);
+  }
+
+  int64_t plan_device_memory(int64_t max_batched_tokens, int64_t max_num_seqs, double gpu_memory_utilization) override {
+    if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1))
+      fail("--gpu-memory-utilization must be in (0, 1], found {}", gpu_memory_utilization);
+    buffers_.reserve(shape_of_config(), std::max<int64_t>(max_batched_tokens, max_num_seqs), max_num_seqs,
+                     max_num_seqs, 64, 4096);
+    graphs_.clear();
+    const auto [free_bytes, total_bytes] = device_.memory_info();
+    const double target = gpu_memory_utilization * double(total_bytes);
+    const double used = double(total_bytes - free_bytes);
+    const double reserve = 512.0 * (1 << 20);  // cuBLASLt plans, graphs, decode workspaces that grow with context
+    const double budget = target - used - reserve;
+    if (budget <= 0)
+      fail("--gpu-memory-utilization {}: {:.2f} GiB of the GPU's {:.2f} GiB, but weights and activations already "
+           "take {:.2f} GiB: no room for a KV cache",
+           gpu_memory_utilization, target / double(1 << 30), double(total_bytes) / double(1 << 30),
+           (used + reserve) / double(1 << 30));
+    return int64_t(budget);
+  }
+
+  void forward(const ForwardBatch& batch, KvCacheMemory& kv, float* logits) override {
+    const int64_t n_out = run(batch, cuda::as_cuda_kv_cache(kv));
+    if (n_out == 0) return;
+    LS_CUDA_CHECK(cudaMemcpyAsync(logits, buffers_.logits(), size_t(n_out * config_.vocab_size) * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream_));
+    device_.synchronize();
+  }
+
+  void forward_greedy(const ForwardBatch& batch, KvCacheMemory& kv, int32_t* next_tokens) override {
+    const int64_t n_out = run(batch, cuda::as_cuda_kv_cache(kv));
+    if (n_out == 0) return;
+    LS_CUDA_CHECK(cudaMemcpyAsync(next_tokens, buffers_.next_tokens(), size_t(n_out) * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, stream_));
+    device_.synchronize();
+  }
+
+ private:
+  cuda::ModelDims shape_of_config() const {
+    const ModelConfig& c = config_;
+    return {c.hidden_size, c.intermediate_size, c.n_head, c.n_head_kv, c.head_dim, c.vocab_size};
+  }
+
+  void load_weights(WeightSource& source) {
+    const ModelConfig& c = config_;
+    const int64_t H = c.hidden_size, I = c.intermediate_size, dq = c.n_head * c.head_dim,
+                  dkv = c.n_head_kv * c.head_dim;
+    cuda::DeviceWeightLoader w(source, stream_);
+    embed_ = w.matrix({"model.embed_tokens.weight"}, {c.vocab_size}, H);
+    final_norm_ = w.vector("model.norm.weight", H);
+    if (!c.tie_word_embeddings) lm_head_ = w.matrix({"lm_head.weight"}, {c.vocab_size}, H);
+    layers_.resize(size_t(c.n_layer));
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      DeviceLayer& L = layers_[size_t(l)];
+      const std::string p = "model.layers." + std::to_string(l), a = p + ".self_attn.", m = p + ".mlp.";
+      L.input_norm = w.vector(p + ".input_layernorm.weight", H);
+      L.post_attention_norm = w.vector(p + ".post_attention_layernorm.weight", H);
+      L.qkv = w.matrix({a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"}, {dq, dkv, dkv}, H);
+      if (c.attention_bias)
+        L.qkv_bias = w.stacked_vectors({a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"}, {dq, dkv, dkv});
+      L.o_proj = w.matrix({a + "o_proj.weight"}, {H}, dq);
+      if (c.o_proj_bias) L.o_bias = w.vector(a + "o_proj.bias", H);
+      if (c.qk_norm) {
+        L.q_norm = w.vector(a + "q_norm.weight", c.head_dim);
+        L.k_norm = w.vector(a + "k_norm.weight", c.head_dim);
+      }
+      L.gate_up = w.matrix({m + "gate_proj.weight", m + "up_proj.weight"}, {I, I}, H);
+      L.down = w.matrix({m + "down_proj.weight"}, {H}, I);
+      if (c.mlp_bias) {
+        L.gate_up_bias = w.stacked_vectors({m + "gate_proj.bias", m + "up_proj.bias"}, {I, I});
+        L.down_bias = w.vector(m + "down_proj.bias", H);
+      }
+    }
+    weight_bytes_ = w.bytes_uploaded();
+  }
+
+  const void* lm_head() const { return config_.tie_word_embeddings ? embed_.data() : lm_head_.data(); }
+
+  // Uploads the batch, runs every layer and the LM head (logits and greedy tokens stay on the
+  // device); returns the number of logits rows.
+  int64_t run(const ForwardBatch& batch, cuda::CudaKvCache& kv) {
+    const ModelConfig& c = config_;
+    const int64_t T = batch.n_tokens();
+    const AttentionMetadata& meta = batch.attention;
+    if (int64_t(batch.positions.size()) != T || meta.n_tokens() != T)
+      fail("forward batch: {} tokens but {} positions and {} slots", T, batch.positions.size(), meta.n_tokens());
+    if (kv.n_layer() != c.n_layer) fail("the KV cache has {} layers, the model {}", kv.n_layer(), c.n_layer);
+    if (meta.block_size_tokens != kv.block_size_tokens())
+      fail("the batch uses blocks of {} tokens, the KV cache {}", meta.block_size_tokens, kv.block_size_tokens());
+    if (T == 0) return 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t id = batch.token_ids[size_t(t)];
+      if (id < 0 || id >= c.vocab_size) fail("token id {} at batch row {} is outside the vocabulary [0, {})", id, t, c.vocab_size);
+    }
+    const int64_t n_out = int64_t(batch.logits_indices.size());
+    for (int32_t row : batch.logits_indices)
+      if (row < 0 || row >= T) fail("logits index {} is outside the batch of {} tokens", row, T);
+    for (int64_t b : meta.block_tables)
+      if (b >= kv.n_blocks()) fail("block table entry {} is outside the KV cache of {} blocks", b, kv.n_blocks());
+
+    const int64_t n_seqs = meta.n_seqs(), max_len = meta.max_seq_len();
+    const bool pure_decode = n_seqs == T && n_out == T && std::all_of(batch.logits_indices.begin(), batch.logits_indices.end(),
+                                                                      [i = 0](int32_t r) mutable { return r == i++; });
+    cuda::StepShape shape;
+    shape.decode = pure_decode;
+    shape.n_tokens = pure_decode ? batch_bucket(T) : T;
+    shape.n_seqs = pure_decode ? shape.n_tokens : n_seqs;
+    shape.n_out = pure_decode ? shape.n_tokens : n_out;
+    shape.max_query_len = 1;
+    for (int64_t s = 0; s < n_seqs; ++s)
+      shape.max_query_len = std::max<int64_t>(shape.max_query_len, meta.query_start_loc[size_t(s + 1)] - meta.query_start_loc[size_t(s)]);
+    shape.max_seq_len_bound = round_up_pow2(max_len, 512);
+    shape.blocks_per_seq = std::max<int64_t>(meta.max_blocks_per_seq, 1);
+
+    if (buffers_.reserve(shape_of_config(), shape.n_tokens, shape.n_seqs, shape.n_out, shape.blocks_per_seq,
+                         shape.max_seq_len_bound))
+      graphs_.clear();  // the buffers moved: captured graphs point at the old ones
+    shape.blocks_per_seq = buffers_.blocks_per_seq();  // the table stride every step uses (graphs need it fixed)
+    buffers_.upload(batch, shape, stream_);
+
+    const bool capturable = pure_decode && !kv.needs_calibration();
+    if (!capturable || !graphs_enabled_) {
+      record(shape, kv);
+    } else {
+      const GraphKey key{shape.n_tokens, shape.max_seq_len_bound};
+      auto it = graphs_.find(key);
+      if (it == graphs_.end() || kv_of_graphs_ != &kv) {
+        if (kv_of_graphs_ != &kv) graphs_.clear();
+        kv_of_graphs_ = &kv;
+        record(shape, kv);  // this step, eagerly: it also builds the GEMM plans the capture will use
+        capture(key, shape, kv);
+      } else {
+        LS_CUDA_CHECK(cudaGraphLaunch(it->second->exec, stream_));
+      }
+    }
+    kv.mark_calibrated();  // the first step with tokens set every FP8 scale it could
+    return n_out;
+  }
+
+  void capture(const GraphKey& key, const cuda::StepShape& shape, cuda::CudaKvCache& kv) {
+    cudaGraph_t graph = nullptr;
+    LS_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      record(shape, kv);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    LS_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    auto g = std::make_unique<DecodeGraph>();
+    const cudaError_t status = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    LS_CUDA_CHECK(status);
+    graphs_[key] = std::move(g);
+  }
+
+  // Every kernel of one step, on stream_ (eager, or into a graph being captured).
+  void record(const cuda::StepShape& shape, cuda::CudaKvCache& kv) {
+    const ModelConfig& c = config_;
+    const int T = int(shape.n_tokens), H = int(c.hidden_size), I = int(c.intermediate_size), nh = int(c.n_head),
+              nkv = int(c.n_head_kv), hd = int(c.head_dim);
+    const int n_qkv = (nh + 2 * nkv) * hd;
+    const float eps = float(c.rms_norm_eps);
+    cuda::StepBuffers& b = buffers_;
+    cuda::embedding_lookup(embed_.data(), b.token_ids(), b.residual(), T, H, int(c.vocab_size), nullptr, stream_);
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const DeviceLayer& L = layers_[size_t(l)];
+      if (l == 0)
+        cuda::rms_norm(b.residual(), L.input_norm.data(), b.x(), T, H, eps, stream_);
+      else
+        cuda::add_rms_norm(b.residual(), b.delta(), L.input_norm.data(), b.x(), T, H, eps, stream_);
+      // qkv[T, (nh + 2 nkv) hd] = x W_qkv^T (+ b)
+      gemm_->bf16(b.x(), L.qkv.data(), b.qkv(), T, n_qkv, H, false, L.qkv_bias.data(), stream_);
+      if (c.qk_norm) {
+        cuda::rms_norm_heads_inplace(b.qkv(), n_qkv, T, nh, hd, L.q_norm.data(), eps, stream_);
+        cuda::rms_norm_heads_inplace(static_cast<char*>(b.qkv()) + size_t(nh * hd) * 2, n_qkv, T, nkv, hd,
+                                     L.k_norm.data(), eps, stream_);
+      }
+      attention(int(l), shape, kv, n_qkv);  // qkv -> attn [T, nh hd]; writes this step's K/V
+      gemm_->bf16(b.attn(), L.o_proj.data(), b.delta(), T, H, nh * hd, false, L.o_bias.data(), stream_);
+      cuda::add_rms_norm(b.residual(), b.delta(), L.post_attention_norm.data(), b.x(), T, H, eps, stream_);
+      // [T, 2I] gate|up -> silu(gate) * up [T, I] -> [T, H]
+      gemm_->bf16(b.x(), L.gate_up.data(), b.gate_up(), T, 2 * I, H, false, L.gate_up_bias.data(), stream_);
+      cuda::silu_mul(b.gate_up(), b.act(), T, I, stream_);
+      gemm_->bf16(b.act(), L.down.data(), b.delta(), T, H, I, false, L.down_bias.data(), stream_);
+    }
+    // Final norm over every row (cheap), then the LM head on the rows that need logits.
+    cuda::add_rms_norm(b.residual(), b.delta(), final_norm_.data(), b.x(), T, H, eps, stream_);
+    const int n_out = int(shape.n_out);
+    cuda::gather_rows(b.x(), b.logits_indices(), b.last(), n_out, H, stream_);
+    gemm_->bf16(b.last(), lm_head(), b.logits(), n_out, c.vocab_size, H, true, nullptr, stream_);
+    cuda::argmax_rows(b.logits(), n_out, int(c.vocab_size), b.next_tokens(), stream_);
+  }
+
+  void attention(int layer, const cuda::StepShape& shape, cuda::CudaKvCache& kv, int n_qkv) {
+    const ModelConfig& c = config_;
+    cuda::StepBuffers& b = buffers_;
+    const cuda::DeviceKvLayer kv_layer = kv.layer(layer);
+    cuda::RopeKvWriteParams r{};
+    r.qkv = b.qkv();
+    r.qkv_token_stride = n_qkv;
+    r.positions = b.positions();
+    r.slot_mapping = b.slot_mapping();
+    r.kv = kv_layer;
+    r.inv_freq = inv_freq_.as<float>();
+    r.attention_factor = attention_factor_;
+    r.n_tokens = int(shape.n_tokens);
+    r.n_head = int(c.n_head);
+    r.n_head_kv = int(c.n_head_kv);
+    r.head_dim = int(c.head_dim);
+    r.rotary_dim = int(rotary_dim_);
+    r.interleaved = c.rope.interleaved;
+    if (kv.needs_calibration()) {  // rotate, set the scales from the rotated K and V, then write
+      r.write_kv = false;
+      cuda::rope_and_write_kv(r, stream_);
+      cuda::calibrate_kv_scales(r, kv.static_scale_headroom(), amax_scratch_.as<unsigned>(), stream_);
+      r.apply_rope = false;
+      r.write_kv = true;
+    }
+    cuda::rope_and_write_kv(r, stream_);
+
+    const float scale = float(c.softmax_scale);
+    const int window = int(c.sliding_window.value_or(0));
+    if (shape.decode && fast_attention_) {
+      cuda::PagedDecodeParams p{};
+      p.q = b.qkv();
+      p.q_seq_stride = n_qkv;
+      p.kv = kv_layer;
+      p.out = b.attn();
+      p.seq_lens = b.seq_lens();
+      p.block_tables = b.block_tables();
+      p.n_seqs = int(shape.n_seqs);
+      p.max_blocks_per_seq = int(shape.blocks_per_seq);
+      p.block_size = int(kv.block_size_tokens());
+      p.n_head = int(c.n_head);
+      p.n_head_kv = int(c.n_head_kv);
+      p.head_dim = int(c.head_dim);
+      p.softmax_scale = scale;
+      p.sliding_window = window;
+      p.max_seq_len_bound = int(shape.max_seq_len_bound);
+      p.workspace = b.decode_workspace();
+      p.workspace_bytes = b.decode_workspace_bytes();
+      cuda::paged_decode_attention(p, stream_);
+    } else {
+      cuda::PagedPrefillParams p{};
+      p.q = b.qkv();
+      p.q_token_stride = n_qkv;
+      p.kv = kv_layer;
+      p.out = b.attn();
+      p.query_start_loc = b.query_start_loc();
+      p.seq_lens = b.seq_lens();
+      p.block_tables = b.block_tables();
+      p.n_seqs = int(shape.n_seqs);
+      p.n_tokens = int(shape.n_tokens);
+      p.max_blocks_per_seq = int(shape.blocks_per_seq);
+      p.block_size = int(kv.block_size_tokens());
+      p.max_query_len = int(shape.max_query_len);
+      p.n_head = int(c.n_head);
+      p.n_head_kv = int(c.n_head_kv);
+      p.head_dim = int(c.head_dim);
+      p.softmax_scale = scale;
+      p.sliding_window = window;
+      if (fast_attention_)
+        cuda::paged_prefill_attention(p, stream_);
+      else
+        cuda::paged_attention_generic(p, stream_);
+    }
+  }
+
+  ModelConfig config_;
+  AttentionSpec spec_;
+  cuda::CudaDevice device_;
+  cudaStream_t stream_;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  DeviceBuffer embed_, lm_head_, final_norm_, inv_freq_;
+  DeviceBuffer amax_scratch_;  // FP8 calibration: [2 * n_head_kv] amax bits
+  std::vector<DeviceLayer> layers_;
+  int64_t rotary_dim_ = 0, weight_bytes_ = 0;
+  float attention_factor_ = 1.0f;
+  cuda::StepBuffers buffers_;
+  std::map<GraphKey, std::unique_ptr<DecodeGraph>> graphs_;
+  const cuda::CudaKvCache* kv_of_graphs_ = nullptr;  // graphs bake in the cache's pointers
+  bool graphs_enabled_;
+  bool fast_attention_ = false;  // head_dim 64 or 128: the tensor-core kernels
+};
+
+}  // namespace
+
+std::unique_ptr<CausalLM> make_cuda_llama_family(ModelConfig config, std::unique_ptr<WeightSource> weights,
+                                                 const ModelOptions& options) {
+  return std::make_unique<CudaLlamaModel>(std::move(config), std::move(weights), options);
+}
+
+}  // namespace latentserve
