@@ -7,7 +7,12 @@
 // A benchmark: prints a table, writes JSON, asserts nothing. The goal: >= 4.0 TB/s (about 90%
 // of the roof) at batch >= 16 and context >= 4K.
 //
-//   bench_cuda_decode_attention [--quick] [--json FILE]
+// Every shape runs every kernel variant and chunk plan of kVariants (PagedDecodeTuning; the FP8-only
+// ones on the FP8 shape only): one row per (variant, shape), with the relative L2 difference of
+// its output from the Base kernel's (a sanity check, not a test), then the best variant per shape.
+//
+//   bench_cuda_decode_attention [--quick] [--json FILE] [--variants NAME,NAME,...] [--list]
+//   --quick: batch 16 and 64 at context 4096 and 16384
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -18,7 +23,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -88,11 +95,57 @@ struct Kind {
   int n_head_kv;
 };
 
-struct Row {
-  std::string kind, kv_dtype;
-  int batch = 0, context = 0, n_head_kv = 0, n_splits = 0, n_ctas = 0, replicas = 0;
-  double kv_bytes = 0, time_s = 0, floor_s = 0, gb_per_s = 0, roof_fraction = 0;
+struct Variant {
+  std::string label;
+  cuda::PagedDecodeTuning tuning;
+  bool fp8_only = false;
 };
+
+std::vector<Variant> all_variants() {
+  std::vector<Variant> v;
+  auto add = [&](cuda::PagedDecodeKernel k, int target, int chunk, std::string label) {
+    cuda::PagedDecodeTuning t;
+    t.kernel = k;
+    t.target_ctas = target;
+    t.chunk_tokens = chunk;
+    v.push_back({std::move(label), t, cuda::paged_decode_kernel_fp8_only(k)});
+  };
+  using K = cuda::PagedDecodeKernel;
+  for (int k = 0; k < int(K::kCount); ++k) add(K(k), 0, 0, cuda::paged_decode_kernel_name(K(k)));
+  // chunk plans: fewer, longer CTAs (amortise the prologue) or more CTAs (fill small grids)
+  add(K::Base, 264, 0, "base_ctas264");
+  add(K::Fused, 264, 0, "fused_ctas264");
+  add(K::Fused, 1056, 0, "fused_ctas1056");
+  add(K::FusedW8, 264, 0, "fused_w8_ctas264");
+  add(K::FusedStagesFp8Mixed, 264, 0, "fused_stages_fp8mixed_ctas264");
+  return v;
+}
+
+struct Row {
+  std::string variant, kind, kv_dtype;
+  int batch = 0, context = 0, n_head_kv = 0, n_splits = 0, n_ctas = 0, replicas = 0;
+  int chunk_tokens = 0, threads = 0, stages = 0, smem_bytes = 0;
+  double kv_bytes = 0, time_s = 0, floor_s = 0, gb_per_s = 0, roof_fraction = 0;
+  double diff_vs_base = 0;  // relative L2 of the output against the Base kernel's
+};
+
+std::vector<float> bf16_to_f32(const std::vector<uint16_t>& bits) {
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const uint32_t u = uint32_t(bits[i]) << 16;
+    std::memcpy(&out[i], &u, 4);
+  }
+  return out;
+}
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = double(a[i]) - double(b[i]);
+    num += d * d;
+    den += double(b[i]) * double(b[i]);
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
 
 double read_roof_bytes_per_s(cudaStream_t s) {
   const size_t bytes = size_t(4) << 30;
@@ -108,9 +161,11 @@ double read_roof_bytes_per_s(cudaStream_t s) {
   return double(bytes) / (median(ms) * 1e-3);
 }
 
-// One shape: its block tables (one per replica), lengths, q, out, workspace; timed.
-Row run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int context, DeviceBuffer& k_pool,
-              DeviceBuffer& v_pool, double roof, cudaStream_t s, std::mt19937& rng) {
+// One shape: its block tables (one per replica), lengths, q, out, workspace (sized for every
+// variant); then each variant timed, and its output compared with the first (Base) variant's.
+std::vector<Row> run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int context,
+                           const std::vector<Variant>& variants, DeviceBuffer& k_pool, DeviceBuffer& v_pool,
+                           double roof, cudaStream_t s, std::mt19937& rng) {
   const int elt = cuda::kv_element_bytes(dtype);
   const int blocks_per_seq = context / kBlockSize;
   const int64_t blocks = int64_t(batch) * blocks_per_seq;
@@ -133,9 +188,14 @@ Row run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int context, Dev
   DeviceBuffer lens_dev(lens.size() * 4);
   lens_dev.upload(lens.data(), lens.size() * 4);
   const int64_t q_stride = int64_t(kNHead + 2 * kind.n_head_kv) * kHeadDim;  // the model's fused qkv row
-  DeviceBuffer q(size_t(batch) * q_stride * 2), out(size_t(batch) * kNHead * kHeadDim * 2);
+  const size_t out_elements = size_t(batch) * kNHead * kHeadDim;
+  DeviceBuffer q(size_t(batch) * q_stride * 2), out(out_elements * 2);
   cuda::fill_uniform_bf16(q.data(), int64_t(batch) * q_stride, 0.f, 1.f, 7, s);
-  DeviceBuffer ws(cuda::paged_decode_workspace_bytes(batch, kNHead, kHeadDim, context));
+  size_t ws_bytes = 0;
+  for (const Variant& v : variants)
+    ws_bytes = std::max(ws_bytes, cuda::paged_decode_workspace_bytes(batch, kNHead, kHeadDim, context, v.tuning));
+  DeviceBuffer ws(ws_bytes);
+  cuda::paged_decode_workspace_init(ws.data(), ws.bytes(), batch, kNHead, s);  // the fused variants' counters
   DeviceBuffer scales(2 * sizeof(float));
   const float scale_values[2] = {0.0625f, 0.0625f};
   scales.upload(scale_values, sizeof(scale_values));
@@ -164,40 +224,85 @@ Row run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int context, Dev
   p.workspace = ws.data();
   p.workspace_bytes = ws.bytes();
 
-  const double t = median_seconds(s, 50, [&](int i) {
-    p.block_tables = tables[size_t(i % replicas)].as<int32_t>();
+  std::vector<Row> rows;
+  std::vector<float> base_out;
+  for (const Variant& v : variants) {
+    if (v.fp8_only && dtype != cuda::KvDtype::Fp8E4M3) continue;
+    p.tuning = v.tuning;
+    const double t = median_seconds(s, 50, [&](int i) {
+      p.block_tables = tables[size_t(i % replicas)].as<int32_t>();
+      cuda::paged_decode_attention(p, s);
+    });
+    // the output on replica 0, against the first variant's
+    LS_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, out.bytes(), s));
+    p.block_tables = tables[0].as<int32_t>();
     cuda::paged_decode_attention(p, s);
-  });
-  const cuda::PagedDecodePlan plan = cuda::paged_decode_plan(batch, kNHead, kind.n_head_kv, kHeadDim, dtype, context);
-  Row row;
-  row.kind = kind.name;
-  row.kv_dtype = dtype == cuda::KvDtype::Bf16 ? "bf16" : "fp8";
-  row.batch = batch;
-  row.context = context;
-  row.n_head_kv = kind.n_head_kv;
-  row.n_splits = plan.n_splits;
-  row.n_ctas = plan.n_ctas;
-  row.replicas = replicas;
-  row.kv_bytes = kv_bytes;
-  row.time_s = t;
-  row.floor_s = kv_bytes / roof;
-  row.gb_per_s = kv_bytes / t * 1e-9;
-  row.roof_fraction = kv_bytes / t / roof;
-  return row;
+    LS_CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<uint16_t> bits(out_elements);
+    out.download(bits.data(), bits.size() * 2);
+    std::vector<float> got = bf16_to_f32(bits);
+    if (base_out.empty()) base_out = got;
+
+    const cuda::PagedDecodePlan plan =
+        cuda::paged_decode_plan(batch, kNHead, kind.n_head_kv, kHeadDim, dtype, context, v.tuning);
+    Row row;
+    row.variant = v.label;
+    row.kind = kind.name;
+    row.kv_dtype = dtype == cuda::KvDtype::Bf16 ? "bf16" : "fp8";
+    row.batch = batch;
+    row.context = context;
+    row.n_head_kv = kind.n_head_kv;
+    row.n_splits = plan.n_splits;
+    row.n_ctas = plan.n_ctas;
+    row.chunk_tokens = plan.chunk_tokens;
+    row.threads = plan.threads;
+    row.stages = plan.stages;
+    row.smem_bytes = plan.smem_bytes;
+    row.replicas = replicas;
+    row.kv_bytes = kv_bytes;
+    row.time_s = t;
+    row.floor_s = kv_bytes / roof;
+    row.gb_per_s = kv_bytes / t * 1e-9;
+    row.roof_fraction = kv_bytes / t / roof;
+    row.diff_vs_base = relative_l2(got, base_out);
+    rows.push_back(row);
+  }
+  return rows;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  std::string json_path;
+  bool quick = false, list = false;
+  std::string json_path, only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--list")) list = true;
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) only = argv[++i];
     else {
-      fmt::print(stderr, "usage: {} [--quick] [--json FILE]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--list]\n", argv[0]);
       return 2;
     }
+  }
+  std::vector<Variant> variants = all_variants();
+  if (list) {
+    for (const Variant& v : variants) fmt::print("{}{}\n", v.label, v.fp8_only ? " (fp8 shapes only)" : "");
+    return 0;
+  }
+  if (!only.empty()) {
+    // keep the named ones, in the given order; base first always (the reference for the diff column)
+    std::vector<Variant> picked = {variants[0]};
+    std::stringstream names(only);
+    for (std::string name; std::getline(names, name, ',');) {
+      auto it = std::find_if(variants.begin(), variants.end(), [&](const Variant& v) { return v.label == name; });
+      if (it == variants.end()) {
+        fmt::print(stderr, "unknown variant '{}' (--list shows them)\n", name);
+        return 2;
+      }
+      if (it != variants.begin()) picked.push_back(*it);
+    }
+    variants = picked;
   }
   try {
     cuda::CudaDevice device;
@@ -209,7 +314,7 @@ int main(int argc, char** argv) {
 
     const std::vector<Kind> kinds = {{"MHA", 32}, {"GQA-8", 8}, {"MQA", 1}};
     const std::vector<int> batches = quick ? std::vector<int>{16, 64} : std::vector<int>{1, 16, 64, 128};
-    const std::vector<int> contexts = quick ? std::vector<int>{4096} : std::vector<int>{4096, 16384};
+    const std::vector<int> contexts = {4096, 16384};
 
     // one pool for every shape: the largest K (or V) that a shape (or its replicas) needs
     size_t pool_bytes = 0;
@@ -225,8 +330,10 @@ int main(int argc, char** argv) {
     std::mt19937 rng(42);
     std::vector<Row> rows;
     auto print_row = [](const Row& r) {
-      fmt::print("{:<6} {:<4} batch {:>3} ctx {:>5}: {:>9.1f} us  {:>8.1f} GB/s  {:>5.1f}% of roof\n", r.kind, r.kv_dtype,
-                 r.batch, r.context, r.time_s * 1e6, r.gb_per_s, 100 * r.roof_fraction);
+      fmt::print("{:<30} {:<6} {:<4} batch {:>3} ctx {:>5} chunk {:>4} CTAs {:>6} thr {:>3} st {}: {:>9.1f} us  {:>8.1f} GB/s  "
+                 "{:>5.1f}% of roof  diff {:.1e}\n",
+                 r.variant, r.kind, r.kv_dtype, r.batch, r.context, r.chunk_tokens, r.n_ctas, r.threads, r.stages,
+                 r.time_s * 1e6, r.gb_per_s, 100 * r.roof_fraction, r.diff_vs_base);
     };
 
     for (cuda::KvDtype dtype : {cuda::KvDtype::Bf16, cuda::KvDtype::Fp8E4M3}) {
@@ -244,19 +351,47 @@ int main(int argc, char** argv) {
           for (int context : contexts) {
             const double kv = 2.0 * batch * context * kind.n_head_kv * kHeadDim * cuda::kv_element_bytes(dtype);
             if (kv > kMaxKvBytes) continue;
-            rows.push_back(run_shape(kind, dtype, batch, context, k_pool, v_pool, roof, s, rng));
-            print_row(rows.back());
+            for (const Row& r : run_shape(kind, dtype, batch, context, variants, k_pool, v_pool, roof, s, rng)) {
+              rows.push_back(r);
+              print_row(r);
+            }
+            std::fflush(stdout);
           }
       }
     }
 
-    fmt::print("\n{:<6} {:<4} {:>5} {:>6} {:>6} {:>6} {:>9} {:>10} {:>10} {:>9} {:>7}\n", "kind", "kv", "batch", "ctx",
-               "splits", "CTAs", "KV MB", "time us", "floor us", "GB/s", "% roof");
+    fmt::print("\n{:<30} {:<6} {:<4} {:>5} {:>6} {:>6} {:>6} {:>9} {:>10} {:>10} {:>9} {:>7} {:>8} {:>8}\n", "variant", "kind",
+               "kv", "batch", "ctx", "splits", "CTAs", "KV MB", "time us", "floor us", "GB/s", "% roof", "vs base",
+               "diff");
+    std::map<std::string, double> base_time;  // shape -> Base kernel time
+    auto shape_key = [](const Row& r) { return fmt::format("{} {} {} {}", r.kind, r.kv_dtype, r.batch, r.context); };
     for (const Row& r : rows)
-      fmt::print("{:<6} {:<4} {:>5} {:>6} {:>6} {:>6} {:>9.1f} {:>10.1f} {:>10.1f} {:>9.1f} {:>6.1f}%\n", r.kind,
-                 r.kv_dtype, r.batch, r.context, r.n_splits, r.n_ctas, r.kv_bytes * 1e-6, r.time_s * 1e6,
-                 r.floor_s * 1e6, r.gb_per_s, 100 * r.roof_fraction);
-    fmt::print("(goal: >= 4000 GB/s at batch >= 16, context >= 4096; floor = K+V bytes / read roof)\n");
+      if (r.variant == variants[0].label) base_time[shape_key(r)] = r.time_s;
+    for (const Row& r : rows)
+      fmt::print("{:<30} {:<6} {:<4} {:>5} {:>6} {:>6} {:>6} {:>9.1f} {:>10.1f} {:>10.1f} {:>9.1f} {:>6.1f}% {:>7.3f}x {:>8.1e}\n",
+                 r.variant, r.kind, r.kv_dtype, r.batch, r.context, r.n_splits, r.n_ctas, r.kv_bytes * 1e-6,
+                 r.time_s * 1e6, r.floor_s * 1e6, r.gb_per_s, 100 * r.roof_fraction,
+                 base_time[shape_key(r)] / r.time_s, r.diff_vs_base);
+
+    // best variant per shape (rows of one shape are consecutive)
+    fmt::print("\nbest per shape\n{:<6} {:<4} {:>5} {:>6} {:>30} {:>9} {:>9} {:>7} {:>10} {:>8}\n", "kind", "kv", "batch",
+               "ctx", "best variant", "best GB/s", "base GB/s", "% roof", "best/base", "diff");
+    std::vector<const Row*> best;
+    for (size_t i = 0; i < rows.size();) {
+      size_t j = i;
+      const Row* b = &rows[i];
+      for (; j < rows.size() && shape_key(rows[j]) == shape_key(rows[i]); ++j)
+        if (rows[j].time_s < b->time_s) b = &rows[j];
+      best.push_back(b);
+      const double base_s = base_time[shape_key(*b)];
+      fmt::print("{:<6} {:<4} {:>5} {:>6} {:>30} {:>9.1f} {:>9.1f} {:>6.1f}% {:>9.3f}x {:>8.1e}\n", b->kind, b->kv_dtype,
+                 b->batch, b->context, b->variant, b->gb_per_s, b->kv_bytes / base_s * 1e-9, 100 * b->roof_fraction,
+                 base_s / b->time_s, b->diff_vs_base);
+      i = j;
+    }
+    fmt::print("(goal: >= 4000 GB/s at batch >= 16, context >= 4096; floor = K+V bytes / read roof; diff = relative L2 "
+               "of the output against {}'s, ~1e-3 expected from bf16 rounding and split order)\n",
+               variants[0].label);
 
     if (!json_path.empty()) {
       nlohmann::json j;
@@ -265,12 +400,20 @@ int main(int argc, char** argv) {
       j["head_dim"] = kHeadDim;
       j["n_head"] = kNHead;
       j["block_size"] = kBlockSize;
-      for (const Row& r : rows)
-        j["rows"].push_back({{"kind", r.kind},         {"kv_dtype", r.kv_dtype},     {"batch", r.batch},
-                             {"context", r.context},   {"n_head_kv", r.n_head_kv},   {"n_splits", r.n_splits},
-                             {"n_ctas", r.n_ctas},     {"replicas", r.replicas},     {"kv_bytes", r.kv_bytes},
-                             {"time_s", r.time_s},     {"floor_s", r.floor_s},       {"gb_per_s", r.gb_per_s},
-                             {"roof_fraction", r.roof_fraction}});
+      auto to_json = [](const Row& r) {
+        return nlohmann::json{{"variant", r.variant},     {"kind", r.kind},
+                              {"kv_dtype", r.kv_dtype},   {"batch", r.batch},
+                              {"context", r.context},     {"n_head_kv", r.n_head_kv},
+                              {"chunk_tokens", r.chunk_tokens}, {"n_splits", r.n_splits},
+                              {"n_ctas", r.n_ctas},       {"threads", r.threads},
+                              {"stages", r.stages},       {"smem_bytes", r.smem_bytes},
+                              {"replicas", r.replicas},   {"kv_bytes", r.kv_bytes},
+                              {"time_s", r.time_s},       {"floor_s", r.floor_s},
+                              {"gb_per_s", r.gb_per_s},   {"roof_fraction", r.roof_fraction},
+                              {"diff_vs_base", r.diff_vs_base}};
+      };
+      for (const Row& r : rows) j["rows"].push_back(to_json(r));
+      for (const Row* b : best) j["best_per_shape"].push_back(to_json(*b));
       std::ofstream(json_path) << j.dump(2) << "\n";
       fmt::print("wrote {}\n", json_path);
     }

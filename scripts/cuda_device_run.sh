@@ -19,28 +19,38 @@ if [ ! -e /work/main/tests/fixtures ]; then mkdir -p /work && ln -sfn "$PWD" /wo
 STAGES=${STAGES:-"test kernels peers e2e"}
 QUICK_FLAG=""; [ "${QUICK:-0}" = 1 ] && QUICK_FLAG="--quick"
 summary=()
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv,noheader
 ldd $BIN/test_cuda | grep "not found" && echo "missing libraries (above)"
 
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 if has test; then
-  timeout ${TEST_TIMEOUT:-300} $BIN/test_cuda ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} --gtest_brief=0 2>&1 | tee "$OUT/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[ (note|info) \]|Failure|error|Expected|Which is|actual" | head -150
-  summary+=("tests: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$OUT/test_cuda.log" | tr '\n' ' ')")
+  # --gtest_brief=1: only failures (with their messages) and the [ info ] / [ note ] lines.
+  timeout ${TEST_TIMEOUT:-300} $BIN/test_cuda ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} --gtest_brief=1 > /tmp/test_cuda.log 2>&1
+  grep -v "^\[ note \]" /tmp/test_cuda.log | head -200
+  summary+=("tests: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test|^\[  SKIPPED \] [0-9]+' /tmp/test_cuda.log | tr '\n' ' ')")
 fi
 if has kernels; then
-  for b in $(ls $BIN | grep '^bench_cuda_'); do
-    timeout ${BENCH_TIMEOUT:-150} $BIN/$b $QUICK_FLAG --json "$OUT/$b.json" 2>&1 | tee "$OUT/$b.log" | tail -40
+  for b in ${BENCHES:-$(ls $BIN | grep "^bench_cuda_")}; do
+    timeout ${BENCH_TIMEOUT:-150} $BIN/$b $QUICK_FLAG --json "$OUT/$b.json" 2>&1 | tail -${BENCH_TAIL:-60}
   done
 fi
 if has peers; then
   for p in sdpa_decode_peer sdpa_prefill_peer; do
-    timeout ${BENCH_TIMEOUT:-150} python3 tools/$p.py $QUICK_FLAG --json "$OUT/$p.json" 2>&1 | tee "$OUT/$p.log" | tail -30
+    timeout ${BENCH_TIMEOUT:-150} python3 tools/$p.py $QUICK_FLAG --json "$OUT/$p.json" 2>&1 | tail -${BENCH_TAIL:-60}
   done
 fi
 if has e2e; then
   timeout ${E2E_TIMEOUT:-300} $BIN/latentserve bench decode --device cuda --synthetic llama3-8b --attention ${E2E_ATTENTION:-gqa8,mha} \
     --batch ${E2E_BATCH:-1,8,32,64} --context ${E2E_CONTEXT:-1024,8192,32768} --steps ${E2E_STEPS:-10} --warmup 3 \
-    --json "$OUT/bench_decode_cuda.json" 2>&1 | tee "$OUT/bench_decode_cuda.log" | tail -40
+    --json "$OUT/bench_decode_cuda.json" 2>&1 | tail -60
+fi
+if has ncu; then  # per-kernel GPU time of one decode step (tools/ncu_step_breakdown.py)
+  NCU=$(command -v ncu || find / -name ncu -type f -path '*nsight-compute*' 2>/dev/null | head -1)
+  timeout ${NCU_TIMEOUT:-240} $NCU --clock-control none --graph-profiling node --metrics gpu__time_duration.sum --csv \
+    --log-file /tmp/ncu.csv $BIN/latentserve bench decode --device cuda --synthetic llama3-8b --attention gqa8 \
+    --batch ${NCU_BATCH:-1} --context ${NCU_CONTEXT:-1024} --steps 1 --warmup 1 --json /tmp/ncu_bench.json > /tmp/ncu_run.log 2>&1
+  tail -3 /tmp/ncu_run.log
+  python3 tools/ncu_step_breakdown.py /tmp/ncu.csv | tee "$OUT/ncu_step.txt"
 fi
 echo "== summary =="
 for line in "${summary[@]}"; do echo "$line"; done

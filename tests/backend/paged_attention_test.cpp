@@ -285,8 +285,40 @@ TEST(PagedAttention, LatentRowSharedByKeyAndValue) {
   run_all_formats(c, 5);
 }
 
+// Decode tokens with long contexts: the kernel cuts each token's keys into pieces (split-KV)
+// and merges their softmax states; tiles span blocks and pieces start mid-block.
+TEST(PagedAttention, LongContextDecodeIsSplitAcrossThreads) {
+  run_all_formats({4, 4, 16, 16, 16, 0, {{700, 1}, {333, 1}}}, 6);
+}
+
+// The benchmark backbone's shapes (16 query heads of 64): MHA, GQA with groups of 2 and 8
+// (the gemm shape with several KV heads), MQA, one decode token each plus a short prefill.
+TEST(PagedAttention, BenchShapes) {
+  for (int64_t n_kv : {16, 8, 2, 1}) {
+    SCOPED_TRACE(n_kv);
+    run_case({16, n_kv, 64, 64, 16, 0, {{300, 1}, {50, 1}, {40, 9}}}, uint32_t(20 + n_kv));
+  }
+}
+
+// More query heads than one pass of the gemm shape takes (16), and a group that is not a
+// multiple of 8 (padding lanes); a head count that is not a multiple of 8 on the rows shape.
+TEST(PagedAttention, WideAndOddGroups) {
+  run_all_formats({40, 1, 24, 24, 32, 0, {{300, 1}, {20, 4}}}, 7);
+  run_all_formats({20, 2, 16, 24, 16, 0, {{260, 1}, {30, 30}}}, 8);
+  run_all_formats({12, 12, 8, 8, 16, 0, {{500, 1}, {17, 3}}}, 9);
+}
+
+// MLA's absorbed decode at DeepSeek's latent width: 16 heads over one 576-wide row (c_kv 512 |
+// k_pe 64), the value its first 512 elements.
+TEST(PagedAttention, LatentRowDeepSeekWidth) {
+  Case c{16, 1, 576, 512, 64, 0, {{400, 1}, {129, 1}, {10, 3}}};
+  c.latent_row = true;
+  run_all_formats(c, 11);
+}
+
 TEST(PagedAttention, SlidingWindow) {
   run_all_formats({4, 2, 16, 16, 16, 7, {{50, 1}, {40, 40}, {20, 9}}}, 4);
+  run_all_formats({16, 1, 32, 32, 16, 300, {{900, 1}, {310, 2}}}, 12);  // split pieces of the window
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // paged_decode_attention against a scalar f64 reference that reads the same paged cache
 // (shuffled, non-contiguous block tables; unused table entries -1), for MHA / GQA / MQA,
-// head_dim 64 and 128, bf16 and FP8 (per-head and per-tensor scales) caches.
+// head_dim 64 and 128, bf16 and FP8 (per-head and per-tensor scales) caches. Every test but the
+// parameter checks runs for every compiled kernel variant (PagedDecodeKernel) and a few chunk
+// plans (kVariants below), so a candidate passes exactly what the Base kernel passes.
 //
 // Tolerance: relative_l2 < 1e-2 (kBf16Tolerance). The kernel rounds P to bf16 (f16 for FP8)
 // before P.V and the output to bf16 (relative 2^-9 each), so the expected error is ~3e-3; the
@@ -38,6 +40,34 @@ using testing::to_host;
 
 constexpr double kBf16Tolerance = 1e-2;
 
+struct Variant {
+  std::string label;
+  cuda::PagedDecodeTuning tuning;
+};
+std::vector<Variant> all_variants() {
+  std::vector<Variant> v;
+  for (int k = 0; k < int(cuda::PagedDecodeKernel::kCount); ++k) {
+    cuda::PagedDecodeTuning t;
+    t.kernel = cuda::PagedDecodeKernel(k);
+    v.push_back({cuda::paged_decode_kernel_name(t.kernel), t});
+  }
+  // chunk plans: many small chunks (the fused merge over many partials), other CTA targets
+  auto with = [](cuda::PagedDecodeKernel k, int target, int chunk, const char* label) {
+    cuda::PagedDecodeTuning t;
+    t.kernel = k;
+    t.target_ctas = target;
+    t.chunk_tokens = chunk;
+    return Variant{label, t};
+  };
+  v.push_back(with(cuda::PagedDecodeKernel::Base, 0, 64, "base_chunk64"));
+  v.push_back(with(cuda::PagedDecodeKernel::Fused, 0, 64, "fused_chunk64"));
+  v.push_back(with(cuda::PagedDecodeKernel::FusedW8, 0, 128, "fused_w8_chunk128"));
+  v.push_back(with(cuda::PagedDecodeKernel::Fused, 264, 0, "fused_ctas264"));
+  v.push_back(with(cuda::PagedDecodeKernel::Fused, 1056, 0, "fused_ctas1056"));
+  v.push_back(with(cuda::PagedDecodeKernel::FusedFp8Mixed, 0, 64, "fused_fp8mixed_chunk64"));
+  return v;
+}
+
 struct Case {
   int n_head = 8, n_head_kv = 2, head_dim = 128, block_size = 16;
   std::vector<int> seq_lens;  // the lengths the cache holds data for
@@ -61,7 +91,7 @@ struct Case {
 // One paged cache on the host (the reference's view: dequantised f32) and on the device.
 class PagedProblem {
  public:
-  explicit PagedProblem(Case c) : c_(std::move(c)) {
+  explicit PagedProblem(Case c, cuda::PagedDecodeTuning tuning = {}) : c_(std::move(c)), tuning_(tuning) {
     if (c_.bound == 0) c_.bound = std::max(1, *std::max_element(c_.seq_lens.begin(), c_.seq_lens.end()));
     std::mt19937 rng(c_.seed);
     std::normal_distribution<float> normal(0.f, 1.f);
@@ -135,6 +165,7 @@ class PagedProblem {
   }
 
   const Case& c() const { return c_; }
+  const cuda::PagedDecodeTuning& tuning() const { return tuning_; }
   int n_seqs() const { return int(c_.seq_lens.size()); }
   size_t out_elements() const { return size_t(n_seqs()) * c_.n_head * c_.head_dim; }
 
@@ -172,12 +203,17 @@ class PagedProblem {
     p.max_seq_len_bound = c_.bound;
     p.workspace = workspace.data();
     p.workspace_bytes = workspace.bytes();
+    p.tuning = tuning_;
     return p;
   }
 
+  // NaN partials (those the merge reads must all have been written), zeroed fused-merge counters.
   DeviceBuffer make_workspace() const {
-    const size_t bytes = cuda::paged_decode_workspace_bytes(n_seqs(), c_.n_head, c_.head_dim, c_.bound);
-    return poisoned_f32(bytes / sizeof(float));  // partials the merge reads must all have been written
+    const size_t bytes = cuda::paged_decode_workspace_bytes(n_seqs(), c_.n_head, c_.head_dim, c_.bound, tuning_);
+    DeviceBuffer ws = poisoned_f32(bytes / sizeof(float));
+    cuda::paged_decode_workspace_init(ws.data(), ws.bytes(), n_seqs(), c_.n_head, nullptr);
+    LS_CUDA_CHECK(cudaDeviceSynchronize());
+    return ws;
   }
 
   // out: [n_seqs, n_head, head_dim], f64 over the dequantised cache, reading through the table.
@@ -229,6 +265,7 @@ class PagedProblem {
 
  private:
   Case c_;
+  cuda::PagedDecodeTuning tuning_;
   int max_blocks_ = 0, n_blocks_ = 0;
   int64_t q_stride_ = 0;
   std::vector<int32_t> table_;
@@ -243,11 +280,12 @@ void expect_matches(const PagedProblem& problem, const std::vector<float>& got, 
                     double tolerance = kBf16Tolerance) {
   const Case& c = problem.c();
   const int hd = c.head_dim;
-  const cuda::PagedDecodePlan plan = cuda::paged_decode_plan(problem.n_seqs(), c.n_head, c.n_head_kv, hd,
-                                                             c.fp8 ? KvDtype::Fp8E4M3 : KvDtype::Bf16, c.bound);
+  const cuda::PagedDecodePlan plan = cuda::paged_decode_plan(
+      problem.n_seqs(), c.n_head, c.n_head_kv, hd, c.fp8 ? KvDtype::Fp8E4M3 : KvDtype::Bf16, c.bound, problem.tuning());
   std::ostringstream where;
-  where << c.describe() << " (plan: chunk " << plan.chunk_tokens << " tokens, " << plan.n_splits << " splits, "
-        << plan.n_ctas << " CTAs)";
+  where << c.describe() << " (kernel " << cuda::paged_decode_kernel_name(problem.tuning().kernel) << ", plan: chunk "
+        << plan.chunk_tokens << " tokens, " << plan.n_splits << " splits, " << plan.n_ctas << " CTAs, "
+        << plan.threads << " threads, " << plan.stages << " stages)";
   size_t first_bad = got.size(), worst = 0;
   double worst_err = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -270,13 +308,19 @@ void expect_matches(const PagedProblem& problem, const std::vector<float>& got, 
                             << index(worst) << " (got " << got[worst] << ", want " << want[worst] << ")";
 }
 
-void check_case(const Case& c, cudaStream_t stream) {
+void check_case(const Case& c, cudaStream_t stream, const cuda::PagedDecodeTuning& tuning) {
   SCOPED_TRACE(c.describe());
-  PagedProblem problem(c);
+  PagedProblem problem(c, tuning);
   expect_matches(problem, problem.run(stream), problem.reference());
 }
 
-TEST(PagedDecodeAttention, Bf16ShapesMatchReference) {
+class PagedDecodeAttention : public ::testing::TestWithParam<Variant> {
+ protected:
+  const cuda::PagedDecodeTuning& tuning() const { return GetParam().tuning; }
+  void check_case(const Case& c, cudaStream_t stream) const { latentserve::check_case(c, stream, tuning()); }
+};
+
+TEST_P(PagedDecodeAttention, Bf16ShapesMatchReference) {
   LS_REQUIRE_GPU();
   cuda::CudaDevice device;
   const std::pair<int, int> heads[] = {{8, 8}, {8, 2}, {8, 1}, {12, 4}, {32, 8}, {32, 1}, {64, 1}};
@@ -295,7 +339,7 @@ TEST(PagedDecodeAttention, Bf16ShapesMatchReference) {
       }
 }
 
-TEST(PagedDecodeAttention, BlockSizes8To256) {
+TEST_P(PagedDecodeAttention, BlockSizes8To256) {
   LS_REQUIRE_GPU();
   cuda::CudaDevice device;
   for (int bs : {8, 32, 128, 256}) {
@@ -309,7 +353,7 @@ TEST(PagedDecodeAttention, BlockSizes8To256) {
   }
 }
 
-TEST(PagedDecodeAttention, LongContextsMergeManySplits) {
+TEST_P(PagedDecodeAttention, LongContextsMergeManySplits) {
   LS_REQUIRE_GPU();
   cuda::CudaDevice device;
   Case gqa;
@@ -325,14 +369,14 @@ TEST(PagedDecodeAttention, LongContextsMergeManySplits) {
   mqa.seq_lens = {3500, 1};
   mqa.seed = 4;
   for (const Case& c : {gqa, mqa}) {
-    const auto plan = cuda::paged_decode_plan(int(c.seq_lens.size()), c.n_head, c.n_head_kv, c.head_dim,
-                                              KvDtype::Bf16, *std::max_element(c.seq_lens.begin(), c.seq_lens.end()));
+    const auto plan = cuda::paged_decode_plan(int(c.seq_lens.size()), c.n_head, c.n_head_kv, c.head_dim, KvDtype::Bf16,
+                                              *std::max_element(c.seq_lens.begin(), c.seq_lens.end()), tuning());
     EXPECT_GT(plan.n_splits, 2) << c.describe() << ": the test must exercise the merge";
     check_case(c, device.stream());
   }
 }
 
-TEST(PagedDecodeAttention, PaddedRowsAreZero) {
+TEST_P(PagedDecodeAttention, PaddedRowsAreZero) {
   LS_REQUIRE_GPU();
   cuda::CudaDevice device;
   Case c;
@@ -341,7 +385,7 @@ TEST(PagedDecodeAttention, PaddedRowsAreZero) {
   check_case(c, device.stream());  // expect_matches requires padded rows to be exactly 0
 }
 
-TEST(PagedDecodeAttention, SlidingWindow) {
+TEST_P(PagedDecodeAttention, SlidingWindow) {
   LS_REQUIRE_GPU();
   cuda::CudaDevice device;
   for (int window : {1, 100, 1000}) {
@@ -362,7 +406,7 @@ TEST(PagedDecodeAttention, SlidingWindow) {
   }
 }
 
-TEST(PagedDecodeAttention, Fp8PerHeadAndPerTensorScales) {
+TEST_P(PagedDecodeAttention, Fp8PerHeadAndPerTensorScales) {
   LS_REQUIRE_GPU();
   cuda::CudaDevice device;
   const std::pair<int, int> heads[] = {{8, 8}, {8, 2}, {32, 8}, {32, 1}, {64, 1}};
@@ -383,7 +427,7 @@ TEST(PagedDecodeAttention, Fp8PerHeadAndPerTensorScales) {
       }
 }
 
-TEST(PagedDecodeAttention, LargerBoundGivesTheSameResult) {
+TEST_P(PagedDecodeAttention, LargerBoundGivesTheSameResult) {
   LS_REQUIRE_GPU();
   cuda::CudaDevice device;
   Case tight;
@@ -393,7 +437,7 @@ TEST(PagedDecodeAttention, LargerBoundGivesTheSameResult) {
   tight.seed = 8;
   Case loose = tight;
   loose.bound = 4 * 1200 + 100;  // more (and differently sized) splits, most of them empty
-  PagedProblem a(tight), b(loose);  // same seed: same cache contents and table
+  PagedProblem a(tight, tuning()), b(loose, tuning());  // same seed: same cache contents and table
   const std::vector<float> out_a = a.run(device.stream()), out_b = b.run(device.stream());
   const std::vector<double> want = a.reference();
   expect_matches(a, out_a, want);
@@ -403,7 +447,7 @@ TEST(PagedDecodeAttention, LargerBoundGivesTheSameResult) {
   EXPECT_LT(testing::relative_l2(out_b, out_a64), 4e-3) << "bound " << tight.bound << " vs " << loose.bound;
 }
 
-TEST(PagedDecodeAttention, CapturedGraphStaysValidAsLengthsGrow) {
+TEST_P(PagedDecodeAttention, CapturedGraphStaysValidAsLengthsGrow) {
   LS_REQUIRE_GPU();
   cuda::CudaDevice device;
   cudaStream_t stream = device.stream();
@@ -413,7 +457,7 @@ TEST(PagedDecodeAttention, CapturedGraphStaysValidAsLengthsGrow) {
   c.seq_lens = {1500, 2048, 900};  // the cache holds the final lengths
   c.bound = 2048;
   c.seed = 9;
-  PagedProblem problem(c);
+  PagedProblem problem(c, tuning());
   problem.set_lens({100, 700, 0});
   DeviceBuffer out = poisoned_bf16(problem.out_elements());
   DeviceBuffer ws = problem.make_workspace();
@@ -439,17 +483,89 @@ TEST(PagedDecodeAttention, CapturedGraphStaysValidAsLengthsGrow) {
   cudaGraphDestroy(graph);
 }
 
-TEST(PagedDecodeAttention, LengthsBeyondTheBoundGiveNaN) {
+TEST_P(PagedDecodeAttention, LengthsBeyondTheBoundGiveNaN) {
   LS_REQUIRE_GPU();
   cuda::CudaDevice device;
   Case c;
   c.seq_lens = {300, 40};
   c.bound = 256;  // smaller than seq_lens[0]: that row must be NaN, not a truncated context
-  PagedProblem problem(c);
+  PagedProblem problem(c, tuning());
   const std::vector<float> out = problem.run(device.stream());
   const size_t row = size_t(c.n_head) * c.head_dim;
   EXPECT_TRUE(std::all_of(out.begin(), out.begin() + row, [](float x) { return std::isnan(x); }));
   EXPECT_TRUE(std::all_of(out.begin() + row, out.end(), [](float x) { return std::isfinite(x); }));
+}
+
+// One workspace and output, several launches with different lengths (and so different live
+// chunk counts): the fused variants' counters must come back to zero after every launch.
+TEST_P(PagedDecodeAttention, RepeatedLaunchesShareOneWorkspace) {
+  LS_REQUIRE_GPU();
+  cuda::CudaDevice device;
+  Case c;
+  c.n_head = 32;
+  c.n_head_kv = 4;
+  c.seq_lens = {2500, 1100, 40, 3000};
+  c.seed = 12;
+  PagedProblem problem(c, tuning());
+  DeviceBuffer out = poisoned_bf16(problem.out_elements());
+  DeviceBuffer ws = problem.make_workspace();
+  for (const std::vector<int>& lens : {std::vector<int>{2500, 1100, 40, 3000}, std::vector<int>{65, 1, 0, 1500},
+                                       std::vector<int>{2500, 1100, 40, 3000}}) {
+    SCOPED_TRACE(::testing::Message() << "lens " << lens[0] << " " << lens[1] << " " << lens[2] << " " << lens[3]);
+    problem.set_lens(lens);
+    cuda::paged_decode_attention(problem.params(out.data(), ws), device.stream());
+    LS_CUDA_CHECK(cudaStreamSynchronize(device.stream()));
+    expect_matches(problem, from_bf16_bits(to_host<uint16_t>(out, problem.out_elements())), problem.reference());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, PagedDecodeAttention, ::testing::ValuesIn(all_variants()),
+                         [](const ::testing::TestParamInfo<Variant>& info) { return info.param.label; });
+
+TEST(PagedDecodeAttentionTuning, InvalidTuningThrows) {
+  LS_REQUIRE_GPU();
+  cuda::CudaDevice device;
+  Case c;
+  c.seq_lens = {10, 20};
+  PagedProblem problem(c);
+  DeviceBuffer out = poisoned_bf16(problem.out_elements());
+  DeviceBuffer ws = problem.make_workspace();
+  const cuda::PagedDecodeParams good = problem.params(out.data(), ws);
+  auto expect_throw = [&](const char* what, auto mutate) {
+    cuda::PagedDecodeParams p = good;
+    mutate(p);
+    EXPECT_THROW(cuda::paged_decode_attention(p, device.stream()), Error) << what;
+  };
+  expect_throw("kernel out of range", [](auto& p) { p.tuning.kernel = cuda::PagedDecodeKernel::kCount; });
+  expect_throw("chunk not a tile multiple", [](auto& p) { p.tuning.chunk_tokens = 96; });
+  expect_throw("chunk > 1024", [](auto& p) { p.tuning.chunk_tokens = 2048; });
+  expect_throw("W8 chunk 64 at group 4 (tile 128)", [](auto& p) {
+    p.tuning.kernel = cuda::PagedDecodeKernel::FusedW8;
+    p.tuning.chunk_tokens = 64;
+  });
+  expect_throw("negative target", [](auto& p) { p.tuning.target_ctas = -1; });
+  expect_throw("fused without room for counters", [&](auto& p) {
+    p.tuning.kernel = cuda::PagedDecodeKernel::Fused;
+    p.workspace_bytes = cuda::paged_decode_plan(2, c.n_head, c.n_head_kv, c.head_dim, KvDtype::Bf16, 20).workspace_bytes;
+  });
+  LS_CUDA_CHECK(cudaStreamSynchronize(device.stream()));
+}
+
+// Every variant's workspace bound covers its plan at every batch and bound up to the sized ones,
+// and is monotone (host arithmetic only).
+TEST(PagedDecodeAttentionTuning, WorkspaceBoundCoversEveryPlan) {
+  for (const Variant& v : all_variants()) {
+    const size_t big = cuda::paged_decode_workspace_bytes(64, 32, 128, 16384, v.tuning);
+    for (int n_kv : {1, 4, 32})
+      for (KvDtype dtype : {KvDtype::Bf16, KvDtype::Fp8E4M3})
+        for (int n : {1, 3, 16, 64})
+          for (int bound : {1, 100, 4096, 9000, 16384}) {
+            const auto plan = cuda::paged_decode_plan(n, 32, n_kv, 128, dtype, bound, v.tuning);
+            const size_t bytes = cuda::paged_decode_workspace_bytes(n, 32, 128, bound, v.tuning);
+            EXPECT_LE(plan.workspace_bytes, bytes) << v.label << " n " << n << " bound " << bound << " n_kv " << n_kv;
+            EXPECT_LE(bytes, big) << v.label << " not monotone at n " << n << " bound " << bound;
+          }
+  }
 }
 
 TEST(PagedDecodeAttention, InvalidParamsThrow) {

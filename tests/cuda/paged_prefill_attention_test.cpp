@@ -3,7 +3,9 @@
 // shuffled block pool (so a wrong slot reads another sequence's keys), mixes query lengths
 // that straddle the 128-row query tile and the 64-key tile (1, 5, 17, 64, 130, 300) and
 // sequences with a cached prefix (the queries are the LAST q_len positions), and poisons the
-// output with NaN so an unwritten row fails.
+// output with NaN so an unwritten row fails. Every test runs once per kernel variant
+// (cuda::PrefillKernelVariant: the same function through different tile shapes), named
+// Variants/PagedPrefillAttention.<Test>/<variant>, e.g. --gtest_filter='*PagedPrefillAttention*/w4m2'.
 //
 // Tolerance: relative_l2 < 1e-2. The kernel sees exactly the bf16 (or fp8-decoded) values the
 // reference sees; its errors are P rounded to bf16 before the P·V MMA (relative 2^-9 per
@@ -276,82 +278,121 @@ void expect_matches(const Case& c, const Problem& p, const std::vector<uint16_t>
                          << " padding rows were written";
 }
 
-void run_case(const Case& c, uint32_t seed) {
+void run_case(const Case& c, uint32_t seed, cuda::PrefillKernelVariant variant) {
   cuda::CudaDevice device;
   const Problem p = build(c, seed);
   DeviceProblem d(c, p);
+  d.params.variant = variant;
   cuda::paged_prefill_attention(d.params, device.stream());
   device.synchronize();
   expect_matches(c, p, to_host<uint16_t>(d.out, size_t(p.n_tokens) * c.n_head * c.head_dim));
 }
 
-TEST(PagedPrefillAttention, MhaRaggedHd128Block16) {
-  LS_REQUIRE_GPU();
-  run_case({"mha", kRagged, 8, 8, 128, 16}, 1);
+std::vector<cuda::PrefillKernelVariant> all_variants() {
+  std::vector<cuda::PrefillKernelVariant> v;
+  for (int i = 0; i < cuda::kPrefillKernelVariantCount; ++i) v.push_back(cuda::PrefillKernelVariant(i));
+  return v;
 }
 
-TEST(PagedPrefillAttention, GqaRaggedHd128Block64) {
-  LS_REQUIRE_GPU();
-  run_case({"gqa 8/2", kRagged, 8, 2, 128, 64}, 2);
+class PagedPrefillAttention : public ::testing::TestWithParam<cuda::PrefillKernelVariant> {
+ protected:
+  void run(const Case& c, uint32_t seed) { run_case(c, seed, GetParam()); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Variants, PagedPrefillAttention, ::testing::ValuesIn(all_variants()),
+                         [](const ::testing::TestParamInfo<cuda::PrefillKernelVariant>& info) {
+                           return std::string(cuda::prefill_kernel_variant_name(info.param));
+                         });
+
+TEST(PagedPrefillAttentionVariants, NamesRoundTrip) {
+  for (auto v : all_variants()) {
+    const char* name = cuda::prefill_kernel_variant_name(v);
+    ASSERT_NE(name, nullptr) << int(v);
+    cuda::PrefillKernelVariant parsed{};
+    EXPECT_TRUE(cuda::parse_prefill_kernel_variant(name, &parsed)) << name;
+    EXPECT_EQ(parsed, v) << name;
+    EXPECT_GT(cuda::paged_prefill_query_tile(128, v), 0) << name;
+  }
+  EXPECT_FALSE(cuda::parse_prefill_kernel_variant("no-such-variant", nullptr));
+  EXPECT_EQ(cuda::prefill_kernel_variant_name(cuda::PrefillKernelVariant::kCount), nullptr);
+  EXPECT_EQ(cuda::PagedPrefillParams{}.variant, cuda::PrefillKernelVariant::Base) << "the default stays the measured kernel";
 }
 
-TEST(PagedPrefillAttention, MqaRaggedHd64Block16) {
+TEST_P(PagedPrefillAttention, MhaRaggedHd128Block16) {
   LS_REQUIRE_GPU();
-  run_case({"mqa 8/1", kRagged, 8, 1, 64, 16}, 3);
+  run({"mha", kRagged, 8, 8, 128, 16}, 1);
 }
 
-TEST(PagedPrefillAttention, Gqa12Over4Hd64Block64) {
+TEST_P(PagedPrefillAttention, GqaRaggedHd128Block64) {
   LS_REQUIRE_GPU();
-  run_case({"gqa 12/4", kRagged, 12, 4, 64, 64}, 4);
+  run({"gqa 8/2", kRagged, 8, 2, 128, 64}, 2);
 }
 
-TEST(PagedPrefillAttention, GqaHd128Block16) {
+TEST_P(PagedPrefillAttention, MqaRaggedHd64Block16) {
   LS_REQUIRE_GPU();
-  run_case({"gqa 12/4 hd128", kRagged, 12, 4, 128, 16}, 5);
+  run({"mqa 8/1", kRagged, 8, 1, 64, 16}, 3);
 }
 
-TEST(PagedPrefillAttention, LongSequenceManyTilesAndChunkedPrefill) {
+TEST_P(PagedPrefillAttention, Gqa12Over4Hd64Block64) {
+  LS_REQUIRE_GPU();
+  run({"gqa 12/4", kRagged, 12, 4, 64, 64}, 4);
+}
+
+TEST_P(PagedPrefillAttention, GqaHd128Block16) {
+  LS_REQUIRE_GPU();
+  run({"gqa 12/4 hd128", kRagged, 12, 4, 128, 16}, 5);
+}
+
+TEST_P(PagedPrefillAttention, LongSequenceManyTilesAndChunkedPrefill) {
   LS_REQUIRE_GPU();
   // 700 queries: 6 query tiles, 11 key tiles; then a 300-token chunk after a 1000-token prefix
-  run_case({"long", {{0, 700}, {1000, 300}}, 8, 8, 128, 16}, 6);
-  run_case({"long hd64 bs8/bs256", {{0, 389}, {517, 211}}, 4, 2, 64, 8}, 7);
-  run_case({"long bs256", {{0, 389}, {517, 211}}, 4, 2, 128, 256}, 8);
+  run({"long", {{0, 700}, {1000, 300}}, 8, 8, 128, 16}, 6);
+  run({"long hd64 bs8/bs256", {{0, 389}, {517, 211}}, 4, 2, 64, 8}, 7);
+  run({"long bs256", {{0, 389}, {517, 211}}, 4, 2, 128, 256}, 8);
 }
 
-TEST(PagedPrefillAttention, SlidingWindow) {
+TEST_P(PagedPrefillAttention, SlidingWindow) {
   LS_REQUIRE_GPU();
   // windows below, at and above the key tile (64), and over a cached prefix
-  run_case({"window 48", kRagged, 8, 2, 128, 16, 48}, 9);
-  run_case({"window 64", kRagged, 8, 8, 64, 64, 64}, 10);
-  run_case({"window 100", {{0, 700}, {1000, 300}, {33, 40}}, 8, 2, 128, 16, 100}, 11);
-  run_case({"window 1", {{0, 130}, {5, 17}}, 4, 4, 64, 16, 1}, 12);
+  run({"window 48", kRagged, 8, 2, 128, 16, 48}, 9);
+  run({"window 64", kRagged, 8, 8, 64, 64, 64}, 10);
+  run({"window 100", {{0, 700}, {1000, 300}, {33, 40}}, 8, 2, 128, 16, 100}, 11);
+  run({"window 1", {{0, 130}, {5, 17}}, 4, 4, 64, 16, 1}, 12);
 }
 
-TEST(PagedPrefillAttention, Fp8PerHeadScales) {
+TEST_P(PagedPrefillAttention, Fp8PerHeadScales) {
   LS_REQUIRE_GPU();
-  run_case({"fp8 per-head", kRagged, 8, 2, 128, 16, 0, KvKind::Fp8PerHead}, 13);
-  run_case({"fp8 per-head hd64", kRagged, 12, 4, 64, 64, 0, KvKind::Fp8PerHead}, 14);
+  run({"fp8 per-head", kRagged, 8, 2, 128, 16, 0, KvKind::Fp8PerHead}, 13);
+  run({"fp8 per-head hd64", kRagged, 12, 4, 64, 64, 0, KvKind::Fp8PerHead}, 14);
 }
 
-TEST(PagedPrefillAttention, Fp8PerTensorScale) {
+TEST_P(PagedPrefillAttention, Fp8PerTensorScale) {
   LS_REQUIRE_GPU();
-  run_case({"fp8 per-tensor", kRagged, 8, 8, 128, 64, 0, KvKind::Fp8PerTensor}, 15);
-  run_case({"fp8 per-tensor window", kRagged, 8, 1, 64, 16, 48, KvKind::Fp8PerTensor}, 16);
+  run({"fp8 per-tensor", kRagged, 8, 8, 128, 64, 0, KvKind::Fp8PerTensor}, 15);
+  run({"fp8 per-tensor window", kRagged, 8, 1, 64, 16, 48, KvKind::Fp8PerTensor}, 16);
 }
 
-TEST(PagedPrefillAttention, PaddingRowsAreLeftAlone) {
+TEST_P(PagedPrefillAttention, PaddingRowsAreLeftAlone) {
   LS_REQUIRE_GPU();
   Case c{"padding", kRagged, 8, 2, 128, 16};
   c.padding_tokens = 5;
-  run_case(c, 17);
+  run(c, 17);
 }
 
-TEST(PagedPrefillAttention, CapturedInACudaGraph) {
+TEST_P(PagedPrefillAttention, GroupWiderThanTheTile) {
+  LS_REQUIRE_GPU();
+  // 136 query heads on one KV head: more than the 128 rows of a GQA-packed tile (that variant
+  // falls back to one head per CTA); the others see a plain MQA
+  run({"mqa 136/1", {{0, 5}, {3, 70}, {0, 129}}, 136, 1, 64, 16}, 20);
+}
+
+TEST_P(PagedPrefillAttention, CapturedInACudaGraph) {
   LS_REQUIRE_GPU();
   cuda::CudaDevice device;
   const Case c{"graph", {{0, 130}, {33, 40}}, 8, 2, 128, 16};
   const Problem p = build(c, 18);
   DeviceProblem d(c, p);
+  d.params.variant = GetParam();
   cuda::paged_prefill_attention(d.params, device.stream());  // first call outside capture (function attributes)
   device.synchronize();
   d.out = testing::poisoned_bf16(size_t(p.n_tokens) * c.n_head * c.head_dim);
@@ -369,12 +410,13 @@ TEST(PagedPrefillAttention, CapturedInACudaGraph) {
   expect_matches(c, p, to_host<uint16_t>(d.out, size_t(p.n_tokens) * c.n_head * c.head_dim));
 }
 
-TEST(PagedPrefillAttention, InvalidParamsThrow) {
+TEST_P(PagedPrefillAttention, InvalidParamsThrow) {
   LS_REQUIRE_GPU();
   cuda::CudaDevice device;
   const Case c{"valid", {{3, 5}}, 4, 2, 64, 16};
   const Problem p = build(c, 19);
   DeviceProblem d(c, p);
+  d.params.variant = GetParam();
   EXPECT_NO_THROW(cuda::paged_prefill_attention(d.params, device.stream()));
   device.synchronize();
   auto expect_throw = [&](const char* what, auto mutate) {
@@ -396,6 +438,8 @@ TEST(PagedPrefillAttention, InvalidParamsThrow) {
   expect_throw("softmax_scale 0", [](auto& b) { b.softmax_scale = 0; });
   expect_throw("softmax_scale NaN", [](auto& b) { b.softmax_scale = std::nanf(""); });
   expect_throw("sliding_window -1", [](auto& b) { b.sliding_window = -1; });
+  expect_throw("variant out of range", [](auto& b) { b.variant = cuda::PrefillKernelVariant::kCount; });
+  expect_throw("variant -1", [](auto& b) { b.variant = cuda::PrefillKernelVariant(-1); });
   expect_throw("q_token_stride too small", [](auto& b) { b.q_token_stride = b.n_head * b.head_dim - 8; });
   expect_throw("q_token_stride not a multiple of 8", [](auto& b) { b.q_token_stride += 1; });
   expect_throw("q null", [](auto& b) { b.q = nullptr; });

@@ -1,6 +1,32 @@
+// How the kernel is organised (docs/perf-model.md, "Measured on the CPU", has the numbers):
+//
+// Work items. One item is one query token over a contiguous range of its visible keys, for
+// every head. A decode batch has few tokens, so each token's context is cut into pieces
+// (split-KV) until there are about kItemsPerThread items per thread; the pieces' partial
+// softmax states are merged at the end. Threads take items from a shared counter (largest
+// first), so ragged batches and prefill chunks balance too.
+//
+// Tiles. An item walks its keys kTileKeys at a time (a tile may span KV blocks: it is a list
+// of row pointers). Every head of the token is handled inside the tile, so the tile's K and V
+// rows ([slot, n_head_kv * head_dim]) are read from memory once, front to back, whatever
+// the layout, and stay in cache while the heads take their slices. Quantised caches are
+// dequantised a tile at a time into a per-thread buffer.
+//
+// Two compute shapes, chosen by the group size (query heads per KV head):
+//   rows (MHA, small GQA groups): one K row at a time, 8 query heads' dot products with
+//     their slices of it reduced together into one vector of 8 scores; f32 rows are
+//     software-prefetched a slice per head (K 8 rows ahead, V a tile ahead of its use);
+//   gemm (MQA, MLA, large groups): the group's queries, transposed to [head_dim, heads],
+//     against a broadcast key element: up to 16 heads x 6 keys of scores in 12 accumulators
+//     (a small GEMM with no horizontal sums); softmax vectorised across the heads.
+// Both accumulate P·V with the heads sharing each V row load (4 heads x 24 columns in
+// registers). Exponentials are 8 lanes at a time (a Cephes-style polynomial).
 #include "backend/cpu/paged_attention.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cmath>
 #include <cstring>
@@ -11,105 +37,423 @@ namespace latentserve::cpu {
 
 namespace {
 
-// Eight independent partial sums so the compiler can keep them in one vector register.
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  float s = 0.0f;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (int l = 0; l < 8; ++l) s += acc[l];
+constexpr int64_t kTileKeys = 48;       // keys per online-softmax step: a multiple of 8 (rows) and 6 (gemm)
+constexpr int64_t kMinSplitKeys = 128;  // split-KV never cuts a token's keys into pieces shorter than this
+constexpr int64_t kItemsPerThread = 8;  // split-KV aims at this many items per thread
+constexpr int64_t kGemmMinGroup = 6;    // groups of at least this many query heads take the gemm shape
+constexpr int64_t kHeadChunk = 16;      // gemm shape: query heads per pass (two vectors of 8)
+constexpr int64_t kPrefetchRows = 8;   // rows shape: K rows prefetched this far ahead
+constexpr auto kPrefetchHint = _MM_HINT_T0;
+
+// exp(x) for 8 lanes, about 1 ulp (as backend/cpu/activation.cpp): x = n·ln2 + r, |r| <= ln2/2,
+// exp(r) by a degree-6 polynomial, 2^n through the exponent bits. Inputs are clamped to
+// [-87, 88]; softmax only feeds x <= 0, and exp(-87) ~ 1.6e-38 stands in for exp(-inf) = 0.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+  const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+}
+
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hmax8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Lane r of the result = the sum of a[r]'s lanes.
+inline __m256 reduce_8x8(const __m256* a) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);  // [s0..s3 low halves | high halves]
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// Lane r = q · k[r][off, off + dk), r < 8.
+inline __m256 dot8(const float* q, const float* const* k, int64_t off, int64_t dk) {
+  __m256 a[8];
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_ps();
+  int64_t d = 0;
+  for (; d + 8 <= dk; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[r] + off + d), a[r]);
+  }
+  __m256 s = reduce_8x8(a);
+  if (d < dk) {
+    alignas(32) float tail[8];
+    for (int r = 0; r < 8; ++r) {
+      float t = 0.0f;
+      for (int64_t i = d; i < dk; ++i) t += q[i] * k[r][off + i];
+      tail[r] = t;
+    }
+    s = _mm256_add_ps(s, _mm256_load_ps(tail));
+  }
   return s;
 }
 
-inline void scale_add(float* y, const float* x, float alpha, int64_t n) {  // y += alpha * x
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+// st[r * kHeadChunk + 8 v + lane] = Σ_d qt[d * qt_stride + 8 v + lane] * k[r][off + d], r < RJ, v < NV.
+template <int NV, int RJ>
+inline void qk_block(const float* qt, int64_t qt_stride, const float* const* k, int64_t off, int64_t dk, float* st) {
+  __m256 acc[RJ][NV];
+  const float* kr[RJ];
+#pragma GCC unroll 8
+  for (int r = 0; r < RJ; ++r) {
+    kr[r] = k[r] + off;
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_setzero_ps();
+  }
+  for (int64_t d = 0; d < dk; ++d) {
+    __m256 qv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) qv[v] = _mm256_loadu_ps(qt + d * qt_stride + 8 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < RJ; ++r) {
+      const __m256 kb = _mm256_broadcast_ss(kr[r] + d);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(qv[v], kb, acc[r][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < RJ; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(st + r * kHeadChunk + 8 * v, acc[r][v]);
 }
 
-// One query token, one KV head: the `group` query heads sharing that KV head.
-struct GroupState {
-  std::vector<float> scores;   // [group, block_size]
-  std::vector<float> max;      // [group]
-  std::vector<float> sum;      // [group]
-  std::vector<float> acc;      // [group, head_dim_v]
-  std::vector<float> k_tile;   // [block_size, head_dim_qk] dequantised K rows of one head (BF16 / FP8 caches)
-  std::vector<float> v_tile;   // [block_size, head_dim_v]
+// acc[g * acc_stride + c + i] += Σ_j p[g * p_head + j * p_key] * v[j][off + c + i], g < RG, i < 8 RV, j < n.
+template <int RG, int RV>
+inline void pv_block(float* acc, int64_t acc_stride, const float* p, int64_t p_head, int64_t p_key,
+                     const float* const* v, int64_t off, int64_t n) {
+  __m256 a[RG][RV];
+#pragma GCC unroll 4
+  for (int g = 0; g < RG; ++g)
+#pragma GCC unroll 8
+    for (int c = 0; c < RV; ++c) a[g][c] = _mm256_loadu_ps(acc + g * acc_stride + 8 * c);
+  for (int64_t j = 0; j < n; ++j) {
+    const float* vj = v[j] + off;
+    __m256 vv[RV];
+#pragma GCC unroll 8
+    for (int c = 0; c < RV; ++c) vv[c] = _mm256_loadu_ps(vj + 8 * c);
+#pragma GCC unroll 4
+    for (int g = 0; g < RG; ++g) {
+      const __m256 pb = _mm256_broadcast_ss(p + g * p_head + j * p_key);
+#pragma GCC unroll 8
+      for (int c = 0; c < RV; ++c) a[g][c] = _mm256_fmadd_ps(pb, vv[c], a[g][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < RG; ++g)
+#pragma GCC unroll 8
+    for (int c = 0; c < RV; ++c) _mm256_storeu_ps(acc + g * acc_stride + 8 * c, a[g][c]);
+}
+
+// Columns [c, c + 8 RV) for every head, RG heads at a time (then one at a time).
+template <int RG, int RV>
+inline void pv_columns(float* acc, int64_t acc_stride, int64_t n_heads, const float* p, int64_t p_head, int64_t p_key,
+                       const float* const* v, int64_t off, int64_t n) {
+  int64_t g = 0;
+  for (; g + RG <= n_heads; g += RG)
+    pv_block<RG, RV>(acc + g * acc_stride, acc_stride, p + g * p_head, p_head, p_key, v, off, n);
+  for (; g < n_heads; ++g) pv_block<1, RV>(acc + g * acc_stride, acc_stride, p + g * p_head, p_head, p_key, v, off, n);
+}
+
+// acc[g, :dv] += Σ_j p[g, j] v[j][off, off + dv) for n_heads heads that share the V rows;
+// column blocks outermost, so a block of the tile's V rows stays in L1 while every head uses
+// it. Register tiles of up to 12 accumulators: 1 head x 64 columns, 2 x 32 or 4 x 24.
+template <int RG, int RV>
+void accumulate_pv_tiles(float* acc, int64_t acc_stride, int64_t n_heads, const float* p, int64_t p_head,
+                         int64_t p_key, const float* const* v, int64_t off, int64_t n, int64_t dv) {
+  int64_t c = 0;
+  for (; c + 8 * RV <= dv; c += 8 * RV)
+    pv_columns<RG, RV>(acc + c, acc_stride, n_heads, p, p_head, p_key, v, off + c, n);
+  for (; c + 8 <= dv; c += 8) pv_columns<RG, 1>(acc + c, acc_stride, n_heads, p, p_head, p_key, v, off + c, n);
+  for (; c < dv; ++c)
+    for (int64_t g = 0; g < n_heads; ++g) {
+      float s = acc[g * acc_stride + c];
+      for (int64_t j = 0; j < n; ++j) s += p[g * p_head + j * p_key] * v[j][off + c];
+      acc[g * acc_stride + c] = s;
+    }
+}
+
+void accumulate_pv(float* acc, int64_t acc_stride, int64_t n_heads, const float* p, int64_t p_head, int64_t p_key,
+                   const float* const* v, int64_t off, int64_t n, int64_t dv) {
+  if (n_heads == 1)
+    accumulate_pv_tiles<1, 8>(acc, acc_stride, n_heads, p, p_head, p_key, v, off, n, dv);
+  else if (n_heads < 4)
+    accumulate_pv_tiles<2, 4>(acc, acc_stride, n_heads, p, p_head, p_key, v, off, n, dv);
+  else
+    accumulate_pv_tiles<4, 3>(acc, acc_stride, n_heads, p, p_head, p_key, v, off, n, dv);
+}
+
+inline void scale_row(float* x, float alpha, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+// One token's keys [key_begin, key_end); partial >= 0: its unnormalised state goes to the
+// partial buffer (slot `partial`) for the merge, else the normalised output to p.out.
+struct WorkItem {
+  int64_t token, seq, key_begin, key_end, partial;
 };
 
-// Rows [slot0, slot0 + n) of `rows`, elements [begin, begin + width): f32 rows are read in
-// place; BF16 / FP8 rows are dequantised into `tile`. Returns the first row; *stride is the
-// distance between rows in floats.
-inline const float* load_rows(const KvRows& rows, int64_t slot0, int64_t n, int64_t begin, int64_t width,
-                              std::vector<float>& tile, int64_t* stride) {
-  if (rows.dtype == DType::F32) {
-    *stride = rows.row_elements;
-    return static_cast<const float*>(rows.data) + slot0 * rows.row_elements + begin;
-  }
-  dequantize_rows(rows, slot0, n, begin, width, tile.data());
-  *stride = width;
-  return tile.data();
+struct Layout {
+  int64_t group, group_padded;  // gemm shape: the group padded to a multiple of 8
+  bool gemm, v_shares_k;
+  // Softmax state slots (max, sum, acc row): rows shape: query head hq at hq, n_head padded to
+  // a multiple of 8; gemm shape: query head g of KV head h at h * group_padded + g.
+  int64_t n_state;
+  int64_t state_of(int64_t hq) const { return gemm ? (hq / group) * group_padded + hq % group : hq; }
+};
+
+// Per-thread scratch, reused across items.
+struct Scratch {
+  std::vector<float> qt;      // gemm: [n_head_kv, head_dim_qk, group_padded] scaled, transposed queries
+  std::vector<float> scores;  // rows: [kTileKeys, n_state]; gemm: [kTileKeys, kHeadChunk]
+  std::vector<float> max, sum, acc;  // [n_state], [n_state], [n_state, head_dim_v]
+  std::vector<float> k_tile, v_tile;  // [kTileKeys, row_elements] dequantised rows (BF16 / FP8 caches)
+  const float* k_rows[kTileKeys];
+  const float* v_rows[kTileKeys];
+  // f32 caches: the next tile's rows, prefetched while this one is computed (next_n = 0: none)
+  const float* next_k[kTileKeys];
+  const float* next_v[kTileKeys];
+  int64_t next_n = 0;
+  int64_t k_row_bytes = 0, v_row_bytes = 0;  // bytes to prefetch per row (0: rows are not f32)
+};
+
+inline void prefetch_row(const float* row, int64_t bytes) {
+  const char* c = reinterpret_cast<const char*>(row);
+  for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(c + b, kPrefetchHint);
+  _mm_prefetch(c + bytes - 1, kPrefetchHint);
 }
 
-// v_shares_k: the V rows are the first head_dim_v elements of the K rows (MLA absorbed): the
-// dequantised K tile serves as the V tile.
-void attend_one_group(const PagedAttentionParams& p, bool v_shares_k, int64_t token, int64_t seq, int64_t query_pos,
-                      int64_t kv_head, GroupState& st) {
-  const int64_t group = p.n_head / p.n_head_kv;
-  const int64_t dk = p.head_dim_qk, dv = p.head_dim_v, bs = p.block_size;
-  const int32_t* table = p.block_tables + seq * p.max_blocks_per_seq;
-  const int64_t ctx_end = query_pos + 1;  // causal: keys 0..query_pos
-  const int64_t ctx_begin = p.sliding_window > 0 ? std::max<int64_t>(0, query_pos - p.sliding_window + 1) : 0;
-  const float* q0 = p.q + token * p.q_token_stride + kv_head * group * dk;  // [group, dk]
+// Slice `part` of a row of `bytes`: lines [part * per_part, (part + 1) * per_part), per_part =
+// slice_lines(bytes, parts).
+inline int64_t slice_lines(int64_t bytes, int64_t parts) {
+  const int64_t lines = (bytes + 63) / 64 + 1;  // + 1: the row need not start on a line
+  return (lines + parts - 1) / parts;
+}
+inline void prefetch_slice(const float* row, int64_t bytes, int64_t part, int64_t per_part) {
+  const char* c = reinterpret_cast<const char*>(row);
+  for (int64_t l = part * per_part; l < (part + 1) * per_part; ++l)
+    _mm_prefetch(c + std::min(l * 64, bytes - 1), kPrefetchHint);
+}
 
-  st.scores.resize(size_t(group * bs));
-  st.max.assign(size_t(group), -std::numeric_limits<float>::infinity());
-  st.sum.assign(size_t(group), 0.0f);
-  st.acc.assign(size_t(group * dv), 0.0f);
-  if (p.k_cache.dtype != DType::F32) st.k_tile.resize(size_t(bs * dk));
-  if (p.v_cache.dtype != DType::F32 && !v_shares_k) st.v_tile.resize(size_t(bs * dv));
+// f32 rows of keys [first, first + n) of one sequence.
+void f32_row_pointers(const KvRows& rows, const int32_t* table, int64_t block_size, int64_t first, int64_t n,
+                      const float** out) {
+  const float* base = static_cast<const float*>(rows.data);
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t pos = first + j;
+    out[j] = base + (int64_t(table[pos / block_size]) * block_size + pos % block_size) * rows.row_elements;
+  }
+}
 
-  for (int64_t tile_begin = ctx_begin - ctx_begin % bs; tile_begin < ctx_end; tile_begin += bs) {
-    const int64_t block = table[tile_begin / bs];
-    assert(block >= 0);
-    const int64_t first = std::max(tile_begin, ctx_begin), last = std::min(tile_begin + bs, ctx_end);
-    const int64_t n = last - first;
-    const int64_t slot0 = block * bs + (first - tile_begin);
-    int64_t k_stride = 0, v_stride = 0;
-    const float* k_rows = load_rows(p.k_cache, slot0, n, kv_head * dk, dk, st.k_tile, &k_stride);  // [n, dk]
-    // scores[g, j] = scale * q_g · k_j over this tile
-    for (int64_t j = 0; j < n; ++j) {
-      const float* k = k_rows + j * k_stride;
-      for (int64_t g = 0; g < group; ++g) st.scores[size_t(g * bs + j)] = p.softmax_scale * dot(q0 + g * dk, k, dk);
+// Fills s.k_rows / s.v_rows with the rows of keys [first, first + n) (n <= kTileKeys), padded
+// to a multiple of 8 with the first row (the padded scores are computed and never used).
+void gather_tile(const PagedAttentionParams& p, const Layout& L, const int32_t* table, int64_t first, int64_t n,
+                 Scratch& s) {
+  const int64_t bs = p.block_size;
+  auto gather = [&](const KvRows& rows, std::vector<float>& tile, const float** out) {
+    if (rows.dtype == DType::F32) {
+      f32_row_pointers(rows, table, bs, first, n, out);
+      return;
     }
-    for (int64_t g = 0; g < group; ++g) {
-      float* s = &st.scores[size_t(g * bs)];
-      float tile_max = *std::max_element(s, s + n);
-      float new_max = std::max(st.max[size_t(g)], tile_max);
-      float correction = std::exp(st.max[size_t(g)] - new_max);  // exp(-inf) = 0 on the first tile
-      float* acc = &st.acc[size_t(g * dv)];
-      for (int64_t d = 0; d < dv; ++d) acc[d] *= correction;
-      float tile_sum = 0.0f;
-      for (int64_t j = 0; j < n; ++j) {
-        s[j] = std::exp(s[j] - new_max);
-        tile_sum += s[j];
+    const int64_t w = rows.row_elements;
+    for (int64_t j = 0; j < n;) {  // a run of rows within one block at a time
+      const int64_t pos = first + j, run = std::min(n - j, bs - pos % bs);
+      dequantize_rows(rows, int64_t(table[pos / bs]) * bs + pos % bs, run, 0, w, tile.data() + j * w);
+      for (int64_t i = 0; i < run; ++i) out[j + i] = tile.data() + (j + i) * w;
+      j += run;
+    }
+  };
+  gather(p.k_cache, s.k_tile, s.k_rows);
+  if (L.v_shares_k)
+    std::copy_n(s.k_rows, n, s.v_rows);
+  else
+    gather(p.v_cache, s.v_tile, s.v_rows);
+  for (int64_t j = n; j < kTileKeys; ++j) s.k_rows[j] = s.k_rows[0];
+}
+
+// The online-softmax step for a tile of scores st[j * stride + lane] (j < n, n_vec vectors of 8
+// heads; state index `state` + lane): updates max and sum, rescales the n_heads valid heads'
+// accumulators, and leaves the exponentials in st.
+void softmax_tile(float* st, int64_t stride, int64_t n, int64_t n_vec, int64_t state, int64_t n_heads, int64_t dv,
+                  Scratch& s) {
+  for (int64_t v = 0; v < n_vec; ++v) {
+    __m256 tile_max = _mm256_loadu_ps(st + 8 * v);
+    for (int64_t j = 1; j < n; ++j) tile_max = _mm256_max_ps(tile_max, _mm256_loadu_ps(st + j * stride + 8 * v));
+    const __m256 old_max = _mm256_loadu_ps(&s.max[size_t(state + 8 * v)]);
+    const __m256 new_max = _mm256_max_ps(old_max, tile_max);
+    const __m256 correction = exp8(_mm256_sub_ps(old_max, new_max));  // ~0 on the first tile
+    __m256 tile_sum = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; ++j) {
+      float* sj = st + j * stride + 8 * v;
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sj), new_max));
+      _mm256_storeu_ps(sj, e);
+      tile_sum = _mm256_add_ps(tile_sum, e);
+    }
+    float* sum = &s.sum[size_t(state + 8 * v)];
+    _mm256_storeu_ps(sum, _mm256_fmadd_ps(_mm256_loadu_ps(sum), correction, tile_sum));
+    _mm256_storeu_ps(&s.max[size_t(state + 8 * v)], new_max);
+    alignas(32) float c[8];
+    _mm256_store_ps(c, correction);
+    for (int64_t g = 0; g < 8 && 8 * v + g < n_heads; ++g)
+      if (c[g] != 1.0f) scale_row(&s.acc[size_t((state + 8 * v + g) * dv)], c[g], dv);
+  }
+}
+
+// MHA / small groups: one K row at a time, all heads: 8 query heads' dot products with their
+// slices of the row, reduced together into one vector of 8 scores. Rows are read front to
+// back (an MHA f32 row is 4 KiB: walking one head's slice down the rows would hit one L1 set).
+// Scores st[j * n_head_padded + hq].
+void rows_tile(const PagedAttentionParams& p, const Layout& L, const float* q, int64_t n, Scratch& s) {
+  const int64_t dk = p.head_dim_qk, dv = p.head_dim_v, group = L.group, hp = L.n_state;
+  const int64_t dk8 = dk - dk % 8;
+  const __m256 scale = _mm256_set1_ps(p.softmax_scale);
+  float* st = s.scores.data();
+  const int64_t k_per = slice_lines(s.k_row_bytes, p.n_head), v_per = slice_lines(s.v_row_bytes, p.n_head);
+  for (int64_t j = 0; j < n; ++j) {
+    const float* kj = s.k_rows[j];
+    const float* pf_v = s.v_row_bytes > 0 ? s.v_rows[j] : nullptr;
+    const float* pf_k = nullptr;
+    if (s.k_row_bytes > 0) {
+      const int64_t ahead = j + kPrefetchRows;
+      pf_k = ahead < n ? s.k_rows[ahead] : ahead - n < s.next_n ? s.next_k[ahead - n] : nullptr;
+    }
+    for (int64_t h0 = 0; h0 < p.n_head; h0 += 8) {
+      const int64_t nh = std::min<int64_t>(8, p.n_head - h0);
+      __m256 a[8];
+      alignas(32) float tail[8] = {};
+      for (int64_t i = 0; i < nh; ++i) {
+        if (pf_k) prefetch_slice(pf_k, s.k_row_bytes, h0 + i, k_per);
+        if (pf_v) prefetch_slice(pf_v, s.v_row_bytes, h0 + i, v_per);
+        const float* qi = q + (h0 + i) * dk;
+        const float* ki = kj + ((h0 + i) / group) * dk;
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+        int64_t d = 0;
+        for (; d + 16 <= dk; d += 16) {
+          s0 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + d), _mm256_loadu_ps(ki + d), s0);
+          s1 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + d + 8), _mm256_loadu_ps(ki + d + 8), s1);
+        }
+        if (d < dk8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(qi + d), _mm256_loadu_ps(ki + d), s0);
+        a[i] = _mm256_add_ps(s0, s1);
+        for (d = dk8; d < dk; ++d) tail[i] += qi[d] * ki[d];
       }
-      st.sum[size_t(g)] = st.sum[size_t(g)] * correction + tile_sum;
-      st.max[size_t(g)] = new_max;
-    }
-    // acc[g] += Σ_j s[g, j] * v_j
-    const float* v_rows = k_rows;  // [n, dv]
-    v_stride = k_stride;
-    if (!v_shares_k) v_rows = load_rows(p.v_cache, slot0, n, kv_head * dv, dv, st.v_tile, &v_stride);
-    for (int64_t j = 0; j < n; ++j) {
-      const float* v = v_rows + j * v_stride;
-      for (int64_t g = 0; g < group; ++g) scale_add(&st.acc[size_t(g * dv)], v, st.scores[size_t(g * bs + j)], dv);
+      for (int64_t i = nh; i < 8; ++i) a[i] = _mm256_setzero_ps();
+      __m256 r = reduce_8x8(a);
+      if (dk8 < dk) r = _mm256_add_ps(r, _mm256_load_ps(tail));
+      _mm256_storeu_ps(st + j * hp + h0, _mm256_mul_ps(scale, r));
     }
   }
-  for (int64_t g = 0; g < group; ++g) {
-    float* out = p.out + (token * p.n_head + kv_head * group + g) * dv;
-    const float inv = 1.0f / st.sum[size_t(g)];
-    for (int64_t d = 0; d < dv; ++d) out[d] = st.acc[size_t(g * dv + d)] * inv;
+  softmax_tile(st, hp, n, hp / 8, 0, p.n_head, dv, s);
+  // acc[hq] += Σ_j p[j, hq] v[j][kv head of hq]: 4 rows at a time, heads along the rows.
+  for (int64_t j = 0; j < n; j += 4) {
+    const int64_t nj = std::min<int64_t>(4, n - j);
+    for (int64_t h = 0; h < p.n_head_kv; ++h)
+      accumulate_pv(&s.acc[size_t(h * group * dv)], dv, group, st + j * hp + h * group, 1, hp, s.v_rows + j, h * dv,
+                    nj, dv);
+  }
+}
+
+// MQA / MLA / large groups: per KV head and chunk of up to 16 query heads, scores
+// [kTileKeys, kHeadChunk] from the transposed queries; softmax across the heads' lanes.
+void gemm_tile(const PagedAttentionParams& p, const Layout& L, int64_t n, Scratch& s) {
+  const int64_t dk = p.head_dim_qk, dv = p.head_dim_v, gp = L.group_padded;
+  for (int64_t h = 0; h < p.n_head_kv; ++h)
+    for (int64_t gc = 0; gc < L.group; gc += kHeadChunk) {
+      const float* qt = &s.qt[size_t(h * dk * gp + gc)];
+      const int64_t nv = std::min<int64_t>(2, (gp - gc) / 8);  // vectors of heads in this chunk
+      float* st = s.scores.data();
+      const bool prefetch = s.k_row_bytes > 0 && h == 0 && gc == 0;  // the next tile's rows, once
+      for (int64_t j = 0; j < n; j += (nv == 2 ? 6 : 8)) {
+        if (prefetch)
+          for (int64_t i = j; i < std::min(s.next_n, j + (nv == 2 ? 6 : 8)); ++i) {
+            prefetch_row(s.next_k[i], s.k_row_bytes);
+            if (s.v_row_bytes > 0) prefetch_row(s.next_v[i], s.v_row_bytes);
+          }
+        if (nv == 2)
+          qk_block<2, 6>(qt, gp, s.k_rows + j, h * dk, dk, st + j * kHeadChunk);
+        else
+          qk_block<1, 8>(qt, gp, s.k_rows + j, h * dk, dk, st + j * kHeadChunk);
+      }
+      const int64_t state = h * gp + gc;
+      softmax_tile(st, kHeadChunk, n, nv, state, std::min(kHeadChunk, L.group - gc), dv, s);
+      accumulate_pv(&s.acc[size_t(state * dv)], dv, std::min(kHeadChunk, L.group - gc), st, 1, kHeadChunk, s.v_rows,
+                    h * dv, n, dv);
+    }
+}
+
+void run_item(const PagedAttentionParams& p, const Layout& L, const WorkItem& item, float* partials, Scratch& s) {
+  const int64_t dk = p.head_dim_qk, dv = p.head_dim_v, n_state = L.n_state;
+  const float* q = p.q + item.token * p.q_token_stride;  // [n_head, dk]
+  const int32_t* table = p.block_tables + item.seq * p.max_blocks_per_seq;
+  s.max.assign(size_t(n_state), -std::numeric_limits<float>::infinity());
+  s.sum.assign(size_t(n_state), 0.0f);
+  s.acc.assign(size_t(n_state * dv), 0.0f);
+  // Prefetching for f32 rows (quantised rows are read by the dequantisation, front to back).
+  const bool f32 = p.k_cache.dtype == DType::F32 && (L.v_shares_k || p.v_cache.dtype == DType::F32);
+  s.k_row_bytes = f32 ? p.k_cache.row_elements * 4 : 0;
+  s.v_row_bytes = f32 && !L.v_shares_k ? p.v_cache.row_elements * 4 : 0;
+  if (p.k_cache.dtype != DType::F32) s.k_tile.resize(size_t(kTileKeys * p.k_cache.row_elements));
+  if (!L.v_shares_k && p.v_cache.dtype != DType::F32) s.v_tile.resize(size_t(kTileKeys * p.v_cache.row_elements));
+  if (L.gemm) {
+    // qt[h, d, g] = scale * q[h * group + g, d]; zero for the padding heads
+    const int64_t gp = L.group_padded;
+    s.qt.assign(size_t(p.n_head_kv * dk * gp), 0.0f);
+    for (int64_t h = 0; h < p.n_head_kv; ++h)
+      for (int64_t g = 0; g < L.group; ++g) {
+        const float* qg = q + (h * L.group + g) * dk;
+        float* dst = &s.qt[size_t(h * dk * gp + g)];
+        for (int64_t d = 0; d < dk; ++d) dst[d * gp] = p.softmax_scale * qg[d];
+      }
+    s.scores.resize(size_t(kTileKeys * kHeadChunk));
+  } else {
+    s.scores.resize(size_t(kTileKeys * L.n_state));
+  }
+  for (int64_t first = item.key_begin; first < item.key_end; first += kTileKeys) {
+    const int64_t n = std::min(kTileKeys, item.key_end - first);
+    gather_tile(p, L, table, first, n, s);
+    s.next_n = s.k_row_bytes > 0 ? std::min(kTileKeys, std::max<int64_t>(0, item.key_end - first - n)) : 0;
+    if (s.next_n > 0) {
+      f32_row_pointers(p.k_cache, table, p.block_size, first + n, s.next_n, s.next_k);
+      if (s.v_row_bytes > 0) f32_row_pointers(p.v_cache, table, p.block_size, first + n, s.next_n, s.next_v);
+    }
+    if (L.gemm)
+      gemm_tile(p, L, n, s);
+    else
+      rows_tile(p, L, q, n, s);
+  }
+  // state of query head hq -> out / partial
+  for (int64_t hq = 0; hq < p.n_head; ++hq) {
+    const int64_t st = L.state_of(hq);
+    const float* acc = &s.acc[size_t(st * dv)];
+    if (item.partial < 0) {
+      float* out = p.out + (item.token * p.n_head + hq) * dv;
+      const float inv = 1.0f / s.sum[size_t(st)];
+      for (int64_t d = 0; d < dv; ++d) out[d] = acc[d] * inv;
+    } else {
+      float* dst = partials + (item.partial * p.n_head + hq) * (dv + 2);
+      dst[0] = s.max[size_t(st)];
+      dst[1] = s.sum[size_t(st)];
+      std::memcpy(dst + 2, acc, size_t(dv) * 4);
+    }
   }
 }
 
@@ -119,25 +463,81 @@ void paged_attention(const PagedAttentionParams& p, ThreadPool& pool) {
   assert(p.n_head % p.n_head_kv == 0);
   assert(p.k_cache.dtype == DType::F32 || p.k_cache.block_size_tokens == p.block_size);
   assert(p.v_cache.dtype == DType::F32 || p.v_cache.block_size_tokens == p.block_size);
-  const bool v_shares_k = p.v_cache.data == p.k_cache.data && p.v_cache.row_bytes == p.k_cache.row_bytes &&
-                          p.n_head_kv == 1 && p.head_dim_v <= p.head_dim_qk;
+  Layout L{};
+  L.group = p.n_head / p.n_head_kv;
+  L.group_padded = (L.group + 7) / 8 * 8;
+  L.gemm = L.group >= kGemmMinGroup;
+  L.n_state = L.gemm ? p.n_head_kv * L.group_padded : (p.n_head + 7) / 8 * 8;
+  L.v_shares_k = p.v_cache.data == p.k_cache.data && p.v_cache.row_bytes == p.k_cache.row_bytes &&
+                 p.n_head_kv == 1 && p.head_dim_v <= p.head_dim_qk;
   const int64_t n_tokens = p.query_start_loc[p.n_seqs];
-  // token -> (sequence, position in the sequence)
-  std::vector<int64_t> token_seq(static_cast<size_t>(n_tokens)), token_pos(static_cast<size_t>(n_tokens));
+  if (n_tokens == 0) return;
+
+  // Each token's visible keys [begin, end), and how many pieces they are cut into.
+  struct TokenKeys {
+    int64_t seq, begin, end;
+  };
+  std::vector<TokenKeys> keys(static_cast<size_t>(n_tokens));
+  int64_t total_keys = 0;
   for (int64_t s = 0; s < p.n_seqs; ++s) {
     const int64_t begin = p.query_start_loc[s], end = p.query_start_loc[s + 1];
     const int64_t first_pos = p.seq_lens[s] - (end - begin);  // earlier tokens are cached context
     assert(first_pos >= 0);
     for (int64_t t = begin; t < end; ++t) {
-      token_seq[size_t(t)] = s;
-      token_pos[size_t(t)] = first_pos + (t - begin);
+      const int64_t pos = first_pos + (t - begin);  // causal: keys up to pos
+      const int64_t key_begin = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+      keys[size_t(t)] = {s, key_begin, pos + 1};
+      total_keys += pos + 1 - key_begin;
     }
   }
-  pool.parallel_for(0, n_tokens * p.n_head_kv, [&](int64_t begin, int64_t end) {
-    GroupState state;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t token = item / p.n_head_kv, kv_head = item % p.n_head_kv;
-      attend_one_group(p, v_shares_k, token, token_seq[size_t(token)], token_pos[size_t(token)], kv_head, state);
+  const int64_t n_threads = pool.n_threads();
+  const int64_t split_keys = std::max(kMinSplitKeys, total_keys / (kItemsPerThread * n_threads));
+  std::vector<WorkItem> items;
+  std::vector<int64_t> token_partials(static_cast<size_t>(n_tokens) + 1, 0);  // first partial slot of each token
+  int64_t n_partials = 0;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const auto [seq, begin, end] = keys[size_t(t)];
+    const int64_t len = end - begin;
+    const int64_t pieces = n_threads > 1 ? std::max<int64_t>(1, (len + split_keys / 2) / split_keys) : 1;
+    token_partials[size_t(t)] = n_partials;
+    for (int64_t i = 0; i < pieces; ++i)
+      items.push_back({t, seq, begin + len * i / pieces, begin + len * (i + 1) / pieces, pieces > 1 ? n_partials + i : -1});
+    if (pieces > 1) n_partials += pieces;
+  }
+  token_partials[size_t(n_tokens)] = n_partials;
+  std::stable_sort(items.begin(), items.end(), [](const WorkItem& a, const WorkItem& b) {
+    return a.key_end - a.key_begin > b.key_end - b.key_begin;  // largest first
+  });
+
+  const int64_t dv = p.head_dim_v;
+  std::vector<float> partials(static_cast<size_t>(n_partials * p.n_head * (dv + 2)));  // [partial, n_head, 2 + dv]
+  std::atomic<int64_t> next{0};
+  pool.parallel_for(0, std::min<int64_t>(n_threads, int64_t(items.size())), [&](int64_t, int64_t) {
+    Scratch scratch;
+    for (int64_t i = next.fetch_add(1); i < int64_t(items.size()); i = next.fetch_add(1))
+      run_item(p, L, items[size_t(i)], partials.data(), scratch);
+  });
+  if (n_partials == 0) return;
+
+  // Merge the pieces of each split token: out = Σ_i e^{m_i - M} acc_i / Σ_i e^{m_i - M} l_i.
+  pool.parallel_for(0, n_tokens * p.n_head, [&](int64_t begin, int64_t end) {
+    for (int64_t th = begin; th < end; ++th) {
+      const int64_t t = th / p.n_head, hq = th % p.n_head;
+      const int64_t first = token_partials[size_t(t)], last = token_partials[size_t(t) + 1];
+      if (first == last) continue;  // written directly
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t i = first; i < last; ++i) m = std::max(m, partials[size_t((i * p.n_head + hq) * (dv + 2))]);
+      float* out = p.out + th * dv;
+      std::fill(out, out + dv, 0.0f);
+      float l = 0.0f;
+      for (int64_t i = first; i < last; ++i) {
+        const float* part = &partials[size_t((i * p.n_head + hq) * (dv + 2))];
+        const float w = std::exp(part[0] - m);
+        l += w * part[1];
+        for (int64_t d = 0; d < dv; ++d) out[d] += w * part[2 + d];
+      }
+      const float inv = 1.0f / l;
+      for (int64_t d = 0; d < dv; ++d) out[d] *= inv;
     }
   });
 }

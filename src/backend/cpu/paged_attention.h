@@ -1,10 +1,12 @@
 #pragma once
 // Causal attention over a paged KV cache for a ragged batch (any mix of prefill
-// chunks and decode tokens), for MHA, GQA and MQA: the query heads of one KV group
-// are processed together so each K/V row is read once per group. Online softmax in
-// f32, one tile per KV block. The cache may be F32, BF16 or FP8 (backend/cpu/kv_quant.h):
-// a quantised tile's K and V rows of one head are dequantised into a small per-thread
-// buffer as they are read, never into a full-precision copy of the cache.
+// chunks and decode tokens), for MHA, GQA and MQA (and MLA's absorbed decode, as MQA over
+// the latent row): each K/V row is read once for all heads of a token, tiles of 48 keys
+// (spanning blocks), online softmax in f32; a decode token's context is split across the
+// threads (split-KV) and the pieces merged. How it is organised: paged_attention.cpp.
+// The cache may be F32, BF16 or FP8 (backend/cpu/kv_quant.h): a quantised tile's rows are
+// dequantised into a small per-thread buffer as they are read, never into a full-precision
+// copy of the cache.
 #include <cstdint>
 
 #include "backend/cpu/kv_quant.h"

@@ -13,6 +13,7 @@ __device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f
 // One thread per 8 outputs: a 16-byte word of gate, one of up, one of out.
 __global__ void __launch_bounds__(kThreads) silu_mul_vec_kernel(const uint4* gate_up, uint4* out, int64_t n_units,
                                                                 int inter_units) {
+  allow_dependent_launch();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n_units; i += int64_t(gridDim.x) * kThreads) {
     const int64_t row = i / inter_units, col = i - row * inter_units;
     const uint4 g = gate_up[row * 2 * inter_units + col], u = gate_up[row * 2 * inter_units + inter_units + col];
@@ -31,6 +32,7 @@ __global__ void __launch_bounds__(kThreads) silu_mul_vec_kernel(const uint4* gat
 
 __global__ void __launch_bounds__(kThreads) silu_mul_scalar_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out,
                                                                    int64_t n, int inter) {
+  allow_dependent_launch();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += int64_t(gridDim.x) * kThreads) {
     const int64_t row = i / inter, col = i - row * inter;
     const float g = bf16_to_f32(gate_up[row * 2 * inter + col]), u = bf16_to_f32(gate_up[row * 2 * inter + inter + col]);

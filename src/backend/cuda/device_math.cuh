@@ -17,6 +17,11 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
+// Programmatic dependent launch: lets the next kernel on the stream (if it was launched with
+// the PDL attribute, as gemv_bf16 is) start its independent prologue now; that kernel still
+// waits (griddepcontrol.wait) for this one to finish before reading what it writes.
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 __device__ __forceinline__ float bf16_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 // e4m3fn byte -> f32 (hardware conversion on sm_89+).

@@ -43,6 +43,7 @@ __global__ void __launch_bounds__(kThreads) embedding_kernel(const __nv_bfloat16
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) gather_rows_kernel(const __nv_bfloat16* in, const int32_t* indices,
                                                                __nv_bfloat16* out, int dim) {
+  allow_dependent_launch();
   const int32_t index = indices[blockIdx.x];
   const __nv_bfloat16* row = in + int64_t(index < 0 ? 0 : index) * dim;
   __nv_bfloat16* o = out + int64_t(blockIdx.x) * dim;

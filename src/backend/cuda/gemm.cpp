@@ -2,12 +2,15 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <map>
+#include <vector>
 #include <tuple>
 
 #include "backend/cuda/activation.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/gemv.h"
 #include "core/error.h"
 
 namespace latentserve::cuda {
@@ -16,7 +19,7 @@ namespace {
 void check_lt(cublasStatus_t status, const char* what, int64_t m, int64_t n, int64_t k) {
   if (status != CUBLAS_STATUS_SUCCESS)
     fail("cuBLASLt {} failed for y[{}, {}] = x[{}, {}] w[{}, {}]^T: {} ({})", what, m, n, m, k, n, k,
-         cublasGetStatusName(status), cublasGetStatusString(status));
+         cublasLtGetStatusName(status), cublasLtGetStatusString(status));
 }
 
 // Pointer alignment class (bytes, 2..16): cuBLASLt's heuristic picks kernels by it, so a plan
@@ -26,10 +29,13 @@ uint32_t alignment(const void* p) {
   return a % 16 == 0 ? 16 : a % 8 == 0 ? 8 : a % 4 == 0 ? 4 : 2;
 }
 
+constexpr int kCandidates = 8;  // heuristic results kept per shape
+
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's top ones, for autotuning
   bool bias_epilogue = false;  // bias through CUBLASLT_EPILOGUE_BIAS
   bool bias_after = false;     // f32 y whose bf16-bias epilogue cuBLASLt refused: add_bias_f32 after the matmul
   ~Plan() {
@@ -51,6 +57,40 @@ struct Gemm::State {
   ~State() {
     plans.clear();
     if (handle) cublasLtDestroy(handle);
+  }
+
+  // Autotune: the candidate that runs fastest on these operands (one warm-up, best of 3,
+  // event-timed). Outside graph capture only; y is overwritten, as the call will anyway.
+  cublasLtMatmulAlgo_t fastest(const Plan& plan, const void* x, const void* w, void* y, int64_t m, int64_t n,
+                               int64_t k, cudaStream_t s) {
+    cudaEvent_t start, stop;
+    LS_CUDA_CHECK(cudaEventCreate(&start));
+    LS_CUDA_CHECK(cudaEventCreate(&stop));
+    const float alpha = 1.0f, beta = 0.0f;
+    float best_ms = 1e30f;
+    cublasLtMatmulAlgo_t best = plan.algo;
+    for (const cublasLtMatmulAlgo_t& algo : plan.candidates) {
+      float ms = 1e30f;
+      for (int rep = 0; rep < 4; ++rep) {
+        LS_CUDA_CHECK(cudaEventRecord(start, s));
+        const cublasStatus_t st = cublasLtMatmul(handle, plan.op, &alpha, w, plan.a, x, plan.b, &beta, y, plan.c, y,
+                                                 plan.c, &algo, workspace.data(), kWorkspaceBytes, s);
+        LS_CUDA_CHECK(cudaEventRecord(stop, s));
+        LS_CUDA_CHECK(cudaEventSynchronize(stop));
+        if (st != CUBLAS_STATUS_SUCCESS) break;
+        float t = 0;
+        LS_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+        if (rep > 0) ms = std::min(ms, t);
+      }
+      if (ms < best_ms) {
+        best_ms = ms;
+        best = algo;
+      }
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    (void)m, (void)n, (void)k;
+    return best;
   }
 
   // The descriptors for one shape and the heuristic's best algorithm; false when the heuristic
@@ -90,10 +130,10 @@ struct Gemm::State {
     cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[0], 4);
     cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[2], 4);
     cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[2], 4);
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kCandidates]{};
     int found = 0;
-    const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(handle, plan.op, plan.a, plan.b, plan.c, plan.c, preference, 1, &result, &found);
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan.op, plan.a, plan.b, plan.c, plan.c,
+                                                                 preference, kCandidates, results, &found);
     cublasLtMatmulPreferenceDestroy(preference);
     const bool may_fall_back = bias_epilogue && y_f32;
     if (may_fall_back && (status != CUBLAS_STATUS_SUCCESS || found == 0)) return false;
@@ -101,7 +141,9 @@ struct Gemm::State {
     if (found == 0)
       fail("cuBLASLt has no algorithm for y[{}, {}] = x[{}, {}] w[{}, {}]^T (bf16 x and w, {} y{})", m, n, m, k, n, k,
            y_f32 ? "f32" : "bf16", bias_epilogue ? ", bf16 bias" : "");
-    plan.algo = result.algo;
+    plan.algo = results[0].algo;
+    for (int i = 0; i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) plan.candidates.push_back(results[i].algo);
     plan.bias_epilogue = bias_epilogue;
     return true;
   }
@@ -122,6 +164,10 @@ void Gemm::bf16(const void* x, const void* w, void* y, int64_t m, int64_t n, int
     fail("Gemm::bf16: x, w and y must be device pointers, {} is null (m {}, n {}, k {})",
          !x ? "x" : !w ? "w" : "y", m, n, k);
   if (m == 0) return;
+  if (m <= gemv_max_rows_ && gemv_supported(x, w, y, m, k)) {  // decode: the weight-streaming kernel
+    gemv_bf16(x, w, y, m, n, k, y_f32, bias, s, gemv_config_);
+    return;
+  }
   const uint32_t align[4] = {alignment(x), alignment(w), alignment(y), bias ? alignment(bias) : 0u};
   const PlanKey key{m, n, k, y_f32, bias != nullptr, align[0], align[1], align[2], align[3]};
   auto it = state_->plans.find(key);
@@ -133,6 +179,14 @@ void Gemm::bf16(const void* x, const void* w, void* y, int64_t m, int64_t n, int
       plan->bias_after = true;
     }
     it = state_->plans.emplace(key, std::move(plan)).first;
+    Plan& fresh = *it->second;
+    if (fresh.bias_epilogue)
+      check_lt(cublasLtMatmulDescSetAttribute(fresh.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+               "bias pointer", m, n, k);
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    LS_CUDA_CHECK(cudaStreamIsCapturing(s, &capturing));
+    if (autotune_ && fresh.candidates.size() > 1 && capturing == cudaStreamCaptureStatusNone)
+      fresh.algo = state_->fastest(fresh, x, w, y, m, n, k, s);
   }
   Plan& plan = *it->second;
   if (plan.bias_epilogue)

@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "backend/cuda/gemv.h"
+
 namespace latentserve::cuda {
 
 class Gemm {
@@ -35,9 +37,20 @@ class Gemm {
 
   size_t n_cached_plans() const;
 
+  // m <= this many rows (and aligned, k % 8 == 0): the skinny kernel of gemv.h instead of
+  // cuBLASLt (0 = cuBLASLt always). Decode steps are these shapes.
+  void set_gemv_max_rows(int rows) { gemv_max_rows_ = rows; }
+  void set_gemv_config(GemvConfig config) { gemv_config_ = config; }
+  // Autotune: a new shape times cuBLASLt's top heuristic candidates on the real operands
+  // (outside graph capture) and keeps the fastest, instead of taking the first.
+  void set_autotune(bool on) { autotune_ = on; }
+
  private:
   struct State;
   std::unique_ptr<State> state_;
+  int gemv_max_rows_ = kGemvMaxRows;
+  GemvConfig gemv_config_ = GemvConfig::Rows4Unroll4;  // best at m = 1 on the H200 (bench_cuda_kernels)
+  bool autotune_ = true;
 };
 
 }  // namespace latentserve::cuda

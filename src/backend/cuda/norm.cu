@@ -49,6 +49,7 @@ template <bool kAdd, int kUnits>
 __global__ void __launch_bounds__(kThreads) rms_norm_vec_kernel(float* residual, const __nv_bfloat16* delta,
                                                                 const __nv_bfloat16* weight, __nv_bfloat16* out,
                                                                 int dim, float eps) {
+  allow_dependent_launch();
   const int n_units = dim / 8;
   float4* r = reinterpret_cast<float4*>(residual + int64_t(blockIdx.x) * dim);
   const uint4* d = kAdd ? reinterpret_cast<const uint4*>(delta + int64_t(blockIdx.x) * dim) : nullptr;
@@ -94,6 +95,7 @@ template <bool kAdd>
 __global__ void __launch_bounds__(kThreads) rms_norm_scalar_kernel(float* residual, const __nv_bfloat16* delta,
                                                                    const __nv_bfloat16* weight, __nv_bfloat16* out,
                                                                    int dim, float eps) {
+  allow_dependent_launch();
   float* r = residual + int64_t(blockIdx.x) * dim;
   const __nv_bfloat16* d = kAdd ? delta + int64_t(blockIdx.x) * dim : nullptr;
   float sum = 0.0f;

@@ -1,4 +1,5 @@
 // Paged decode attention: split-KV over the context, one CTA per (chunk, KV head, sequence)
+// (run-time selectable variants: PagedDecodeKernel, docs "Variants"),
 // processing all query heads of the group on tensor cores, then a merge kernel.
 // Why this shape and what it costs: docs/cuda-decode-attention.md.
 #include "backend/cuda/paged_decode_attention.h"
@@ -16,17 +17,38 @@
 namespace latentserve::cuda {
 namespace {
 
-constexpr int kTileKeys = 64;       // keys per pipeline stage (K and V tiles of 64 rows)
-constexpr int kThreads = 128;       // 4 warps
+constexpr int kTileKeys = 64;       // the planner's unit: keys per pipeline stage of the 4-warp kernels
+constexpr int kThreads = 128;       // Base: 4 warps (the merge kernel too)
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxChunkTiles = 16;  // at most 1024 tokens per CTA: keeps ragged batches balanced
+constexpr int kMaxChunkTokens = kMaxChunkTiles * kTileKeys;
 constexpr int kTargetCtas = 4 * 132;  // two waves of two CTAs per SM on a 132-SM H100/H200
 constexpr int kTableCap = kMaxChunkTiles * kTileKeys / 8 + 2;  // block ids one chunk spans (block_size >= 8)
 constexpr int kMaxGroup = 64;
 
-// ---- shared-memory geometry of one (head_dim, kv dtype) ----
-template <int HD, bool FP8>
-struct Geometry {
+// Variant flags (template FLAGS of the split kernel; 0 = the Base kernel).
+constexpr int kFlagPdlEarly = 1;      // griddepcontrol.launch_dependents at the start
+constexpr int kFlagFastPrologue = 2;  // seq_len, table and q loads in flight together
+constexpr int kFlagFused = 4;         // last CTA of a (sequence, KV head) merges; one live chunk writes out directly
+constexpr int kFlagFp8AluK = 8;       // FP8 K: integer e4m3 -> f16 (x2^-8) instead of cvt.e4m3x2
+constexpr int kFlagFp8AluV = 16;      // FP8 V: likewise
+// Stage-count policies (template POLICY).
+constexpr int kStagesBase = 0;   // 3 stages when a stage exceeds 20 KB, else 4 (Base)
+constexpr int kStagesFill2 = 1;  // the most stages (<= 6) that still fit two CTAs per SM
+constexpr int kStagesFill1 = 2;  // the most stages (<= 8) that fit one CTA per SM
+constexpr int kSmemPerSm = 228 * 1024, kSmemReservedPerCta = 1024, kSmemPerCtaMax = 227 * 1024;
+
+// ---- shared-memory geometry and warp roles of one kernel ----
+// WARPS warps; MT m-tiles (16 query rows each) per warp, NMG groups of warps over m-tiles; the
+// warps of one m-group split each key tile into kSlices key slices of kKeysPerWarp keys (16, or
+// 32 when only two slices share a 64-key tile). Base (WARPS 4): 64-key tiles; WARPS 8 with one
+// m-group: 128-key tiles.
+template <int HD, bool FP8, int MT, int NMG, int WARPS = 4, int POLICY = kStagesBase>
+struct Config {
+  static constexpr int kThreads = WARPS * 32;
+  static constexpr int kSlices = WARPS / NMG;
+  static constexpr int kKeysPerWarp = 64 / kSlices > 16 ? 64 / kSlices : 16;  // 16 or 32
+  static constexpr int kTileKeys = kSlices * kKeysPerWarp;                     // 64 or 128
   static constexpr int kElt = FP8 ? 1 : 2;
   static constexpr int kRowBytes = HD * kElt;
   // +16 bytes per row: consecutive rows start 4 banks apart, so the 8-row ldmatrix phases and
@@ -34,22 +56,12 @@ struct Geometry {
   static constexpr int kRowStride = kRowBytes + 16;
   static constexpr int kTileBytes = kTileKeys * kRowStride;  // one of K, V
   static constexpr int kStageBytes = 2 * kTileBytes;
-  static constexpr int kStages = kStageBytes > 20480 ? 3 : 4;  // ~64 KB of copies in flight per CTA
-  static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kChunksPerRow = kRowBytes / 16;        // 16-byte cp.async per row
   static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
   static constexpr int kRowsPerThread = kTileKeys / kRowsPerPass;  // K rows (and as many V rows) per thread
   static_assert(kTileKeys % kRowsPerPass == 0, "tile rows must split evenly over the threads");
-};
 
-// Warp roles: MT m-tiles (16 query rows each) per warp, NMG groups of warps over m-tiles;
-// the warps of one m-group split each 64-key tile into kSlices key slices.
-template <int HD, bool FP8, int MT, int NMG>
-struct Config : Geometry<HD, FP8> {
-  using G = Geometry<HD, FP8>;
   static constexpr int kRows = MT * NMG * 16;  // query rows (group heads, zero-padded)
-  static constexpr int kSlices = kWarps / NMG;
-  static constexpr int kKeysPerWarp = kTileKeys / kSlices;  // 16 or 32
   static constexpr int kSN = kKeysPerWarp / 8;              // S n-tiles per m-tile
   static constexpr int kPVK = kKeysPerWarp / 16;            // PV k-steps
   static constexpr int kDN = HD / 8;                        // output n-tiles
@@ -57,7 +69,21 @@ struct Config : Geometry<HD, FP8> {
   static constexpr int kQStride = HD + 8;                   // Q smem row, 16-bit elements (+16 B: no bank conflicts)
   static constexpr int kRedStride = HD + 4;                 // f32 partial rows in the epilogue
   static constexpr int kRedBytes = kSlices * kRows * kRedStride * 4;
-  static constexpr int kPipeOrRed = G::kPipeBytes > kRedBytes ? G::kPipeBytes : kRedBytes;
+  static constexpr int kOtherBytes = kRows * kQStride * 2 + kSlices * kRows * 2 * 4 + kTableCap * 4;
+  static constexpr int smem_for(int stages) {
+    return (stages * kStageBytes > kRedBytes ? stages * kStageBytes : kRedBytes) + kOtherBytes;
+  }
+  static constexpr int fill_stages(int budget, int cap) {
+    int s = 2;
+    while (s < cap && smem_for(s + 1) <= budget) ++s;
+    return s;
+  }
+  static constexpr int kStages =
+      POLICY == kStagesBase    ? (kStageBytes > 20480 ? 3 : 4)  // ~64 KB of copies in flight per CTA
+      : POLICY == kStagesFill2 ? fill_stages(kSmemPerSm / 2 - kSmemReservedPerCta - 64, 6)
+                               : fill_stages(kSmemPerCtaMax - 64, 8);
+  static constexpr int kPipeBytes = kStages * kStageBytes;
+  static constexpr int kPipeOrRed = kPipeBytes > kRedBytes ? kPipeBytes : kRedBytes;
   static constexpr int kQOffset = kPipeOrRed;
   static constexpr int kMlOffset = kQOffset + kRows * kQStride * 2;
   static constexpr int kTableOffset = kMlOffset + kSlices * kRows * 2 * 4;
@@ -80,6 +106,7 @@ struct KernelArgs {
   int sliding_window;
   int max_valid_len;  // min(max_seq_len_bound, max_blocks_per_seq * block_size): longer rows are invalid
   int chunk_tokens, n_splits;
+  unsigned* counters_end;  // fused variants: counter of (s, kvh) at counters_end - (s * n_head_kv + kvh)
   float* ws_acc;  // [n_seqs, n_head, n_splits, head_dim] unnormalised sum p_i v_i (relative to ws_ml's max)
   float* ws_ml;   // [n_seqs, n_head, n_splits, 2] (max in log2 units, sum p_i); max -inf = empty chunk
   uint16_t* out;  // bf16 bits
@@ -90,6 +117,11 @@ __device__ __forceinline__ void griddep_wait() {
   // Programmatic dependent launch: everything above this line overlaps the previous kernel's
   // tail; nothing global is read before it.
   asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+  // Lets the next PDL-launched kernel start launching (its griddepcontrol.wait still waits for
+  // this whole grid to finish and its memory to be visible).
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -137,6 +169,16 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
   asm("{\n .reg .b16 lo;\n cvt.u16.u32 lo, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(out) : "r"(two_codes));
   return out;
 }
+// Integer e4m3 -> f16 (value x 2^-8, exact, subnormals included; the 2^8 is folded into the
+// scales): the e4m3 sign goes to bit 15 and its 7 exponent+mantissa bits to bits 13..7 of each
+// f16 half (exponent bias 7 -> 15 is the 2^-8). Odd: bytes 1 and 3 of u; even: bytes 0 and 2.
+constexpr float kFp8AluScale = 256.f;
+__device__ __forceinline__ uint32_t e4m3_odd_bytes_to_f16x2(uint32_t u) {
+  return (u & 0x80008000u) | ((u & 0x7F007F00u) >> 1);
+}
+__device__ __forceinline__ uint32_t e4m3_even_bytes_to_f16x2(uint32_t u) {
+  return ((u << 8) & 0x80008000u) | ((u << 7) & 0x3F803F80u);
+}
 __device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx: exp2(-inf) = 0
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -160,14 +202,26 @@ __device__ __forceinline__ int fp8_k_logical(int p) {
   const int c = (p & 15) >> 2, j = p & 3;
   return (p & ~15) + (j < 2 ? 2 * c + j : 2 * c + 8 + (j - 2));
 }
+// The integer K conversion feeds b0 from bytes 0, 2 and b1 from bytes 1, 3 of the word.
+__device__ __forceinline__ int fp8_k_logical_alu(int p) {
+  const int c = (p & 15) >> 2, j = p & 3;
+  return (p & ~15) + 2 * c + (j & 1) * 8 + (j >> 1);
+}
 
 // ---- split kernel: one (chunk, KV head, sequence) ----
-// grid (n_splits, n_head_kv, n_seqs), 128 threads.
-template <int HD, bool FP8, int MT, int NMG>
-__global__ void __launch_bounds__(kThreads, 2) paged_decode_split_kernel(const KernelArgs a) {
-  using C = Config<HD, FP8, MT, NMG>;
+// grid (n_splits, n_head_kv, n_seqs), WARPS * 32 threads. FLAGS 0, WARPS 4, POLICY kStagesBase:
+// the Base kernel.
+template <int HD, bool FP8, int MT, int NMG, int WARPS, int POLICY, int FLAGS>
+__global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1) paged_decode_split_kernel(const KernelArgs a) {
+  using C = Config<HD, FP8, MT, NMG, WARPS, POLICY>;
+  constexpr int kThreadsC = C::kThreads;
+  constexpr int kTile = C::kTileKeys;
+  constexpr bool kFused = (FLAGS & kFlagFused) != 0;
+  constexpr bool kFast = (FLAGS & kFlagFastPrologue) != 0;
+  constexpr bool kAluK = FP8 && (FLAGS & kFlagFp8AluK) != 0;
+  constexpr bool kAluV = FP8 && (FLAGS & kFlagFp8AluV) != 0;
   extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* pipe = smem;                                             // [stages][K|V][64][row stride]
+  unsigned char* pipe = smem;                                             // [stages][K|V][tile][row stride]
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem + C::kQOffset);        // [kRows][kQStride] bf16 or f16
   float* ml_s = reinterpret_cast<float*>(smem + C::kMlOffset);            // [kSlices][kRows][2]
   int* table_s = reinterpret_cast<int*>(smem + C::kTableOffset);          // block ids of this chunk
@@ -177,61 +231,118 @@ __global__ void __launch_bounds__(kThreads, 2) paged_decode_split_kernel(const K
   const int mg = warp % NMG, slice = warp / NMG;
   const int g = lane >> 2, c4 = lane & 3;  // mma fragment row / column pair
 
+  if constexpr ((FLAGS & kFlagPdlEarly) != 0) griddep_launch_dependents();
   griddep_wait();
 
-  const int seq_len = a.seq_lens[s];
   const int group = a.group;
   // partial of group head h: ws index (ws_base + h * n_splits)
   const int64_t ws_base = (int64_t(s) * a.n_head + int64_t(kvh) * group) * a.n_splits + split;
-  int lo = split * a.chunk_tokens;
-  const int hi = min(lo + a.chunk_tokens, seq_len);
-  if (a.sliding_window > 0) lo = max(lo, seq_len - a.sliding_window);
-  if (seq_len < 0 || seq_len > a.max_valid_len || lo >= hi) {
-    for (int h = tid; h < group; h += kThreads) {
-      a.ws_ml[(ws_base + int64_t(h) * a.n_splits) * 2 + 0] = -INFINITY;
-      a.ws_ml[(ws_base + int64_t(h) * a.n_splits) * 2 + 1] = 0.f;
+  const int block_size = 1 << a.log2_block_size;
+  const uint16_t* q_group = a.q + int64_t(s) * a.q_seq_stride + int64_t(kvh) * group * HD;
+  // q of the group's heads -> shared memory; rows >= group are zero. FP8: f16, pre-scaled by
+  // softmax_scale (keeps |q| far from f16's 65504), k-permuted (fp8_k_logical / _alu).
+  auto store_q = [&](int i, uint4 v) {
+    const int row = i / (HD / 8), c8 = i % (HD / 8);
+    if constexpr (!FP8) {
+      *reinterpret_cast<uint4*>(q_s + row * C::kQStride + c8 * 8) = v;
+    } else {
+      const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float x = __uint_as_float(uint32_t(e[j]) << 16) * a.softmax_scale;
+        const __half h = __float2half_rn(x);
+        const int p = c8 * 8 + j;
+        q_s[row * C::kQStride + (kAluK ? fp8_k_logical_alu(p) : fp8_k_logical(p))] = *reinterpret_cast<const uint16_t*>(&h);
+      }
+    }
+  };
+  auto load_q = [&](int i) {
+    const int row = i / (HD / 8), c8 = i % (HD / 8);
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (row < group) v = *reinterpret_cast<const uint4*>(q_group + int64_t(row) * HD + c8 * 8);
+    return v;
+  };
+
+  int seq_len, lo, hi, first_block;
+  if constexpr (!kFast) {
+    seq_len = a.seq_lens[s];
+    lo = split * a.chunk_tokens;
+    hi = min(lo + a.chunk_tokens, seq_len);
+    if (a.sliding_window > 0) lo = max(lo, seq_len - a.sliding_window);
+  } else {
+    // Every global load of the prologue in flight at once: seq_len, the block ids of the whole
+    // chunk (speculative: those past seq_len are read but not used) and q.
+    const int chunk_lo = split * a.chunk_tokens;
+    first_block = chunk_lo >> a.log2_block_size;
+    const int n_spec = min(((chunk_lo + a.chunk_tokens - 1) >> a.log2_block_size) - first_block + 1,
+                           a.max_blocks_per_seq - first_block);
+    seq_len = a.seq_lens[s];
+    const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks_per_seq + first_block;
+    constexpr int kTableIters = (kTableCap + kThreadsC - 1) / kThreadsC;
+    int ids[kTableIters];
+#pragma unroll
+    for (int it = 0; it < kTableIters; ++it) {
+      const int i = tid + it * kThreadsC;
+      ids[it] = i < n_spec ? table[i] : 0;
+    }
+    constexpr int kQIters = (C::kRows * (HD / 8) + kThreadsC - 1) / kThreadsC;
+    uint4 qv[kQIters];
+#pragma unroll
+    for (int it = 0; it < kQIters; ++it) {
+      const int i = tid + it * kThreadsC;
+      qv[it] = i < C::kRows * (HD / 8) ? load_q(i) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int it = 0; it < kTableIters; ++it) {
+      const int i = tid + it * kThreadsC;
+      if (i < n_spec) table_s[i] = ids[it];
+    }
+#pragma unroll
+    for (int it = 0; it < kQIters; ++it) {
+      const int i = tid + it * kThreadsC;
+      if (i < C::kRows * (HD / 8)) store_q(i, qv[it]);
+    }
+    lo = chunk_lo;
+    hi = min(lo + a.chunk_tokens, seq_len);
+    if (a.sliding_window > 0) lo = max(lo, seq_len - a.sliding_window);
+  }
+
+  const bool bad_len = seq_len < 0 || seq_len > a.max_valid_len;
+  if (bad_len || lo >= hi) {
+    if constexpr (!kFused) {
+      for (int h = tid; h < group; h += kThreadsC) {
+        a.ws_ml[(ws_base + int64_t(h) * a.n_splits) * 2 + 0] = -INFINITY;
+        a.ws_ml[(ws_base + int64_t(h) * a.n_splits) * 2 + 1] = 0.f;
+      }
+    } else if (split == 0 && (bad_len || seq_len == 0)) {
+      // no merge runs for this row: zeros for a padded row, NaN for a length the grid or the table
+      // does not cover (never a silently truncated context)
+      const uint32_t fill = bad_len ? 0x7fc07fc0u : 0u;
+      uint16_t* out = a.out + (int64_t(s) * a.n_head + int64_t(kvh) * group) * HD;
+      for (int i = tid; i < group * (HD / 8); i += kThreadsC)
+        reinterpret_cast<uint4*>(out)[i] = make_uint4(fill, fill, fill, fill);
     }
     return;
   }
 
-  // block ids of [lo, hi) -> shared memory (read once per chunk instead of once per row)
-  const int block_size = 1 << a.log2_block_size;
-  const int first_block = lo >> a.log2_block_size;
-  const int n_table = ((hi - 1) >> a.log2_block_size) - first_block + 1;
-  const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks_per_seq + first_block;
-  for (int i = tid; i < n_table; i += kThreads) table_s[i] = table[i];
-
-  // q of the group's heads -> shared memory; rows >= group are zero. FP8: f16, pre-scaled by
-  // softmax_scale (keeps |q| far from f16's 65504), k-permuted (fp8_k_logical).
-  {
-    const uint16_t* q_group = a.q + int64_t(s) * a.q_seq_stride + int64_t(kvh) * group * HD;
-    for (int i = tid; i < C::kRows * (HD / 8); i += kThreads) {
-      const int row = i / (HD / 8), c8 = i % (HD / 8);
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (row < group) v = *reinterpret_cast<const uint4*>(q_group + int64_t(row) * HD + c8 * 8);
-      if constexpr (!FP8) {
-        *reinterpret_cast<uint4*>(q_s + row * C::kQStride + c8 * 8) = v;
-      } else {
-        const uint16_t* e = reinterpret_cast<const uint16_t*>(&v);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float x = __uint_as_float(uint32_t(e[j]) << 16) * a.softmax_scale;
-          const __half h = __float2half_rn(x);
-          q_s[row * C::kQStride + fp8_k_logical(c8 * 8 + j)] = *reinterpret_cast<const uint16_t*>(&h);
-        }
-      }
-    }
+  if constexpr (!kFast) {
+    // block ids of [lo, hi) -> shared memory (read once per chunk instead of once per row)
+    first_block = lo >> a.log2_block_size;
+    const int n_table = ((hi - 1) >> a.log2_block_size) - first_block + 1;
+    const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks_per_seq + first_block;
+    for (int i = tid; i < n_table; i += kThreadsC) table_s[i] = table[i];
+    for (int i = tid; i < C::kRows * (HD / 8); i += kThreadsC) store_q(i, load_q(i));
   }
   __syncthreads();  // table_s before the first copies
 
   // ---- cp.async producer: tile t's K and V rows -> stage ----
-  const int n_tiles = (hi - lo + kTileKeys - 1) / kTileKeys;
+  const int n_tiles = (hi - lo + kTile - 1) / kTile;
   const int copy_chunk = tid % C::kChunksPerRow, copy_row0 = tid / C::kChunksPerRow;
   const int64_t kv_head_offset = int64_t(kvh) * C::kRowBytes + copy_chunk * 16;
   const int64_t slot_bytes = int64_t(a.n_head_kv) * C::kRowBytes;
   const uint32_t pipe_addr = smem_addr(pipe);
   auto load_tile = [&](int tile, int stage) {
-    const int base = lo + tile * kTileKeys;
+    const int base = lo + tile * kTile;
     const uint32_t dst0 = pipe_addr + stage * C::kStageBytes + copy_chunk * 16;
 #pragma unroll
     for (int i = 0; i < C::kRowsPerThread; ++i) {
@@ -257,8 +368,8 @@ __global__ void __launch_bounds__(kThreads, 2) paged_decode_split_kernel(const K
 
   // S scale in log2 units; FP8 folds k_scale here (q already carries softmax_scale).
   const float kLog2e = 1.4426950408889634f;
-  const float score_scale =
-      FP8 ? kLog2e * a.k_scale[kvh * a.scale_head_stride] : kLog2e * a.softmax_scale;
+  const float score_scale = FP8 ? kLog2e * a.k_scale[kvh * a.scale_head_stride] * (kAluK ? kFp8AluScale : 1.f)
+                                : kLog2e * a.softmax_scale;
 
   float acc[MT][C::kDN][4];
   float m_run[MT][2], l_run[MT][2];
@@ -275,14 +386,14 @@ __global__ void __launch_bounds__(kThreads, 2) paged_decode_split_kernel(const K
   // A-fragment address of q for m-tile mt, k-step kk (ldmatrix x4: rows 0-7/8-15 x k 0-7/8-15)
   const uint32_t q_addr = smem_addr(q_s) +
                           (((mg * MT) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * C::kQStride + (lane >> 4) * 8) * 2;
-  auto load_q = [&](uint32_t (&qa)[4], int mt, int kk) {
+  auto load_qf = [&](uint32_t (&qa)[4], int mt, int kk) {
     ldmatrix_x4(qa, q_addr + (mt * 16 * C::kQStride + kk * 16) * 2);
   };
   // MT == 1: q fragments live in registers for the whole chunk (32 registers at head_dim 128).
   uint32_t q_reg[MT == 1 ? C::kQK : 1][4];
   if constexpr (MT == 1) {
 #pragma unroll
-    for (int kk = 0; kk < C::kQK; ++kk) load_q(q_reg[kk], 0, kk);
+    for (int kk = 0; kk < C::kQK; ++kk) load_qf(q_reg[kk], 0, kk);
   }
 
   const int key_off = slice * C::kKeysPerWarp;
@@ -316,7 +427,7 @@ __global__ void __launch_bounds__(kThreads, 2) paged_decode_split_kernel(const K
 #pragma unroll
           for (int i = 0; i < 4; ++i) qa[mt][i] = q_reg[kk][i];
         } else {
-          load_q(qa[mt], mt, kk);
+          load_qf(qa[mt], mt, kk);
         }
       }
       if constexpr (!FP8) {
@@ -337,7 +448,14 @@ __global__ void __launch_bounds__(kThreads, 2) paged_decode_split_kernel(const K
 #pragma unroll
         for (int n = 0; n < C::kSN; ++n) {
           const uint32_t w = lds_u32(k_st + (key_off + n * 8 + g) * C::kRowStride + kk * 16 + 4 * c4);
-          const uint32_t b0 = e4m3x2_to_f16x2(w & 0xffffu), b1 = e4m3x2_to_f16x2(w >> 16);
+          uint32_t b0, b1;
+          if constexpr (kAluK) {
+            b0 = e4m3_even_bytes_to_f16x2(w);
+            b1 = e4m3_odd_bytes_to_f16x2(w);
+          } else {
+            b0 = e4m3x2_to_f16x2(w & 0xffffu);
+            b1 = e4m3x2_to_f16x2(w >> 16);
+          }
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) mma_16816<true>(sfr[mt][n], qa[mt], b0, b1);
         }
@@ -345,8 +463,8 @@ __global__ void __launch_bounds__(kThreads, 2) paged_decode_split_kernel(const K
     }
 
     // ---- online softmax over the slice (rows g and g+8 of each m-tile) ----
-    const int tile_base = lo + t * kTileKeys;
-    const bool partial_tile = tile_base + kTileKeys > hi;
+    const int tile_base = lo + t * kTile;
+    const bool partial_tile = tile_base + kTile > hi;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -421,13 +539,26 @@ __global__ void __launch_bounds__(kThreads, 2) paged_decode_split_kernel(const K
           const uint32_t w1 = lds_u32(col + (key0 + 2 * c4 + 1) * C::kRowStride);
           const uint32_t w2 = lds_u32(col + (key0 + 2 * c4 + 8) * C::kRowStride);
           const uint32_t w3 = lds_u32(col + (key0 + 2 * c4 + 9) * C::kRowStride);
+          if constexpr (kAluV) {
+            // u01 = bytes t, t+1 of w0 then of w1 (t = 0, 2): even bytes -> n-tile t, odd -> t + 1
+            const uint32_t u_lo = __byte_perm(w0, w1, 0x5410), u_hi = __byte_perm(w0, w1, 0x7632);
+            const uint32_t v_lo = __byte_perm(w2, w3, 0x5410), v_hi = __byte_perm(w2, w3, 0x7632);
 #pragma unroll
-          for (int t4 = 0; t4 < 4; ++t4) {
-            const uint32_t sel = uint32_t(t4) | (uint32_t(t4 + 4) << 4);
-            const uint32_t b0 = e4m3x2_to_f16x2(__byte_perm(w0, w1, sel));
-            const uint32_t b1 = e4m3x2_to_f16x2(__byte_perm(w2, w3, sel));
+            for (int mt = 0; mt < MT; ++mt) {
+              mma_16816<true>(acc[mt][4 * dg + 0], pa[mt], e4m3_even_bytes_to_f16x2(u_lo), e4m3_even_bytes_to_f16x2(v_lo));
+              mma_16816<true>(acc[mt][4 * dg + 1], pa[mt], e4m3_odd_bytes_to_f16x2(u_lo), e4m3_odd_bytes_to_f16x2(v_lo));
+              mma_16816<true>(acc[mt][4 * dg + 2], pa[mt], e4m3_even_bytes_to_f16x2(u_hi), e4m3_even_bytes_to_f16x2(v_hi));
+              mma_16816<true>(acc[mt][4 * dg + 3], pa[mt], e4m3_odd_bytes_to_f16x2(u_hi), e4m3_odd_bytes_to_f16x2(v_hi));
+            }
+          } else {
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) mma_16816<true>(acc[mt][4 * dg + t4], pa[mt], b0, b1);
+            for (int t4 = 0; t4 < 4; ++t4) {
+              const uint32_t sel = uint32_t(t4) | (uint32_t(t4 + 4) << 4);
+              const uint32_t b0 = e4m3x2_to_f16x2(__byte_perm(w0, w1, sel));
+              const uint32_t b1 = e4m3x2_to_f16x2(__byte_perm(w2, w3, sel));
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) mma_16816<true>(acc[mt][4 * dg + t4], pa[mt], b0, b1);
+            }
           }
         }
       }
@@ -462,8 +593,15 @@ __global__ void __launch_bounds__(kThreads, 2) paged_decode_split_kernel(const K
     }
   }
   __syncthreads();
-  const float out_scale = FP8 ? a.v_scale[kvh * a.scale_head_stride] : 1.f;
-  for (int i = tid; i < group * (HD / 4); i += kThreads) {
+  const float out_scale = FP8 ? a.v_scale[kvh * a.scale_head_stride] * (kAluV ? kFp8AluScale : 1.f) : 1.f;
+  // fused: live chunks of this row [sp0, sp1]; one live chunk is the whole answer
+  int sp0 = 0, sp1 = 0;
+  if constexpr (kFused) {
+    sp0 = (a.sliding_window > 0 ? max(0, seq_len - a.sliding_window) : 0) / a.chunk_tokens;
+    sp1 = (seq_len - 1) / a.chunk_tokens;
+  }
+  const bool direct = kFused && sp0 == sp1;
+  for (int i = tid; i < group * (HD / 4); i += kThreadsC) {
     const int row = i / (HD / 4), d4 = i % (HD / 4);
     float m_max = -INFINITY;
 #pragma unroll
@@ -486,6 +624,13 @@ __global__ void __launch_bounds__(kThreads, 2) paged_decode_split_kernel(const K
     sum.y *= out_scale;
     sum.z *= out_scale;
     sum.w *= out_scale;
+    if (direct) {
+      const float inv_l = 1.f / l_sum;
+      uint16_t* out = a.out + (int64_t(s) * a.n_head + int64_t(kvh) * group + row) * HD + d4 * 4;
+      *reinterpret_cast<uint2*>(out) =
+          make_uint2(pack2<false>(sum.x * inv_l, sum.y * inv_l), pack2<false>(sum.z * inv_l, sum.w * inv_l));
+      continue;
+    }
     const int64_t w = ws_base + int64_t(row) * a.n_splits;
     *reinterpret_cast<float4*>(a.ws_acc + w * HD + d4 * 4) = sum;
     if (d4 == 0) {
@@ -493,15 +638,59 @@ __global__ void __launch_bounds__(kThreads, 2) paged_decode_split_kernel(const K
       a.ws_ml[w * 2 + 1] = l_sum;
     }
   }
+  if constexpr (kFused) {
+    if (direct) return;
+    // The last of the row's live CTAs to finish merges them all (threadfence-reduction pattern):
+    // partials written -> fence -> count; the CTA that brings the count to n_live reads them back
+    // from L2 and resets the counter for the next launch (so a captured graph replays correctly).
+    __shared__ int is_last_s;
+    unsigned* counter = a.counters_end - (int64_t(s) * a.n_head_kv + kvh);
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const unsigned done = atomicAdd(counter, 1u) + 1u;
+      is_last_s = done == unsigned(sp1 - sp0 + 1);
+    }
+    __syncthreads();
+    if (!is_last_s) return;
+    __threadfence();
+    if (tid == 0) *counter = 0u;
+    for (int i = tid; i < group * (HD / 4); i += kThreadsC) {
+      const int row = i / (HD / 4), d4 = i % (HD / 4);
+      const int64_t w0 = (int64_t(s) * a.n_head + int64_t(kvh) * group + row) * a.n_splits;
+      const float* ml = a.ws_ml + w0 * 2;
+      float m_max = -INFINITY;
+#pragma unroll 4
+      for (int sp = sp0; sp <= sp1; ++sp) m_max = fmaxf(m_max, __ldcg(ml + sp * 2));
+      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+      float l_sum = 0.f;
+#pragma unroll 4
+      for (int sp = sp0; sp <= sp1; ++sp) {
+        const float2 m_l = __ldcg(reinterpret_cast<const float2*>(ml + sp * 2));
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(a.ws_acc + (w0 + sp) * HD + d4 * 4));
+        const float f = fast_exp2(m_l.x - m_max);  // every live chunk saw keys: m_l.x finite
+        l_sum += f * m_l.y;
+        sum.x += f * v.x;
+        sum.y += f * v.y;
+        sum.z += f * v.z;
+        sum.w += f * v.w;
+      }
+      const float inv_l = 1.f / l_sum;
+      uint16_t* out = a.out + (int64_t(s) * a.n_head + int64_t(kvh) * group + row) * HD + d4 * 4;
+      *reinterpret_cast<uint2*>(out) =
+          make_uint2(pack2<false>(sum.x * inv_l, sum.y * inv_l), pack2<false>(sum.z * inv_l, sum.w * inv_l));
+    }
+  }
 }
 
 // ---- merge kernel: one warp per (sequence, query head) ----
 // grid (ceil(n_head / 4), n_seqs), 128 threads; lane owns head_dim / 32 consecutive dims.
-template <int HD>
+template <int HD, bool EARLY>
 __global__ void __launch_bounds__(kThreads) paged_decode_merge_kernel(const KernelArgs a) {
   constexpr int kPer = HD / 32;
   const int s = blockIdx.y, lane = threadIdx.x & 31;
   const int qh = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if constexpr (EARLY) griddep_launch_dependents();
   griddep_wait();  // the split kernel's partials
   if (qh >= a.n_head) return;
   uint16_t* out = a.out + (int64_t(s) * a.n_head + qh) * HD + lane * kPer;
@@ -557,13 +746,13 @@ __global__ void __launch_bounds__(kThreads) paged_decode_merge_kernel(const Kern
 // ---- host side ----
 int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
-// Chunk size in 64-key tiles: the largest power of two <= kMaxChunkTiles that still gives
-// kTargetCtas CTAs, but no fewer than min_tiles (a CTA's partial, group * head_dim * 4 bytes
-// written and read back by the merge, must stay small next to the K/V bytes it reads).
-int plan_chunk_tiles(int n_seqs, int n_head_kv, int min_tiles, int max_seq_len_bound) {
-  const int tiles = ceil_div(max_seq_len_bound, kTileKeys);
-  int chunk = kMaxChunkTiles;
-  while (chunk > min_tiles && int64_t(n_seqs) * n_head_kv * ceil_div(tiles, chunk) < kTargetCtas) chunk /= 2;
+// Chunk size in tokens: the largest power of two times 64 (<= 1024) that still gives target CTAs,
+// but no smaller than min_tokens (a CTA's partial, group * head_dim * 4 bytes written and read
+// back by the merge, must stay small next to the K/V bytes it reads; and the kernel's tile).
+int plan_chunk_tokens(int n_seqs, int n_head_kv, int min_tokens, int max_seq_len_bound, int target_ctas) {
+  int chunk = kMaxChunkTokens;
+  while (chunk > min_tokens && int64_t(n_seqs) * n_head_kv * ceil_div(max_seq_len_bound, chunk) < target_ctas)
+    chunk /= 2;
   return chunk;
 }
 
@@ -580,6 +769,8 @@ int min_chunk_tiles(int group, KvDtype dtype) {
 size_t workspace_bytes_for(int n_seqs, int n_head, int head_dim, int n_splits) {
   return size_t(n_seqs) * n_head * n_splits * (size_t(head_dim) + 2) * sizeof(float);
 }
+// The fused variants' counters: the last counter_tail_bytes of the workspace.
+size_t counter_tail_bytes(int n_seqs, int n_head) { return (size_t(n_seqs) * n_head * 4 + 255) / 256 * 256; }
 
 bool is_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -592,11 +783,11 @@ void set_smem_once(Kernel kernel, int bytes, bool& done) {
 }
 
 template <typename Kernel>
-void launch_pdl(Kernel kernel, dim3 grid, int smem_bytes, cudaStream_t stream, const KernelArgs& args,
+void launch_pdl(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, const KernelArgs& args,
                 const char* name) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
+  config.blockDim = dim3(threads);
   config.dynamicSmemBytes = size_t(smem_bytes);
   config.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -608,23 +799,92 @@ void launch_pdl(Kernel kernel, dim3 grid, int smem_bytes, cudaStream_t stream, c
   LS_CUDA_CHECK_LAUNCH(name);
 }
 
-template <int HD, bool FP8, int MT, int NMG>
-void launch_split(const KernelArgs& args, dim3 grid, cudaStream_t stream) {
-  using C = Config<HD, FP8, MT, NMG>;
-  static_assert(C::kSmemBytes <= 227 * 1024, "shared memory per CTA");
-  static bool configured = false;
-  auto kernel = paged_decode_split_kernel<HD, FP8, MT, NMG>;
-  set_smem_once(kernel, C::kSmemBytes, configured);
-  launch_pdl(kernel, grid, C::kSmemBytes, stream, args, "paged_decode_split_kernel");
+// What one compiled split kernel is (for the plan) and, given args, its launch.
+struct KernelShape {
+  int threads = 0, tile_keys = 0, stages = 0, smem_bytes = 0;
+};
+
+template <int HD, bool FP8, int MT, int NMG, int WARPS, int POLICY, int FLAGS>
+KernelShape split_kernel(const KernelArgs* args, dim3 grid, cudaStream_t stream) {
+  using C = Config<HD, FP8, MT, NMG, WARPS, POLICY>;
+  static_assert(C::kSmemBytes <= kSmemPerCtaMax - 64, "shared memory per CTA");
+  static_assert(WARPS != 4 || C::kSmemBytes <= kSmemPerSm / 2 - kSmemReservedPerCta - 64 || POLICY == kStagesBase,
+                "the Fill2 policy keeps two CTAs per SM");
+  if (args != nullptr) {
+    static bool configured = false;
+    auto kernel = paged_decode_split_kernel<HD, FP8, MT, NMG, WARPS, POLICY, FLAGS>;
+    set_smem_once(kernel, C::kSmemBytes, configured);
+    launch_pdl(kernel, grid, C::kThreads, C::kSmemBytes, stream, *args, "paged_decode_split_kernel");
+  }
+  return KernelShape{C::kThreads, C::kTileKeys, C::kStages, C::kSmemBytes};
+}
+
+// group -> warp roles: 4 warps: <= 16 one m-tile, <= 32 two m-tiles, <= 64 two m-groups of two;
+// 8 warps: <= 16 one m-tile over 8 key slices (128-key tiles), <= 32 two m-groups, <= 64 four.
+template <int HD, bool FP8, int WARPS, int POLICY, int FLAGS>
+KernelShape split_for_group(int group, const KernelArgs* args, dim3 grid, cudaStream_t stream) {
+  if constexpr (WARPS == 4) {
+    if (group <= 16) return split_kernel<HD, FP8, 1, 1, 4, POLICY, FLAGS>(args, grid, stream);
+    if (group <= 32) return split_kernel<HD, FP8, 2, 1, 4, POLICY, FLAGS>(args, grid, stream);
+    return split_kernel<HD, FP8, 2, 2, 4, POLICY, FLAGS>(args, grid, stream);
+  } else {
+    if (group <= 16) return split_kernel<HD, FP8, 1, 1, 8, POLICY, FLAGS>(args, grid, stream);
+    if (group <= 32) return split_kernel<HD, FP8, 1, 2, 8, POLICY, FLAGS>(args, grid, stream);
+    return split_kernel<HD, FP8, 1, 4, 8, POLICY, FLAGS>(args, grid, stream);
+  }
 }
 
 template <int HD, bool FP8>
-void launch_split_for_group(const KernelArgs& args, dim3 grid, cudaStream_t stream) {
-  if (args.group <= 16) launch_split<HD, FP8, 1, 1>(args, grid, stream);
-  else if (args.group <= 32) launch_split<HD, FP8, 2, 1>(args, grid, stream);
-  else launch_split<HD, FP8, 2, 2>(args, grid, stream);
+KernelShape split_for_kernel(PagedDecodeKernel kernel, int group, const KernelArgs* args, dim3 grid,
+                             cudaStream_t stream) {
+  constexpr int kP = kFlagPdlEarly | kFlagFastPrologue;
+  constexpr int kF = kP | kFlagFused;
+  // the FP8 conversion flags only exist for FP8 (bf16 runs the plain fused kernels)
+  constexpr int kMixed = FP8 ? kF | kFlagFp8AluV : kF;
+  constexpr int kAlu = FP8 ? kF | kFlagFp8AluK | kFlagFp8AluV : kF;
+  switch (kernel) {
+    case PagedDecodeKernel::Base: return split_for_group<HD, FP8, 4, kStagesBase, 0>(group, args, grid, stream);
+    case PagedDecodeKernel::Pdl: return split_for_group<HD, FP8, 4, kStagesBase, kFlagPdlEarly>(group, args, grid, stream);
+    case PagedDecodeKernel::Prologue: return split_for_group<HD, FP8, 4, kStagesBase, kP>(group, args, grid, stream);
+    case PagedDecodeKernel::Fused: return split_for_group<HD, FP8, 4, kStagesBase, kF>(group, args, grid, stream);
+    case PagedDecodeKernel::FusedW8: return split_for_group<HD, FP8, 8, kStagesFill1, kF>(group, args, grid, stream);
+    case PagedDecodeKernel::FusedStages: return split_for_group<HD, FP8, 4, kStagesFill2, kF>(group, args, grid, stream);
+    case PagedDecodeKernel::FusedFp8Mixed: return split_for_group<HD, FP8, 4, kStagesBase, kMixed>(group, args, grid, stream);
+    case PagedDecodeKernel::FusedFp8Alu: return split_for_group<HD, FP8, 4, kStagesBase, kAlu>(group, args, grid, stream);
+    case PagedDecodeKernel::FusedStagesFp8Mixed:
+      return split_for_group<HD, FP8, 4, kStagesFill2, kMixed>(group, args, grid, stream);
+    case PagedDecodeKernel::kCount: break;
+  }
+  kernel_fail("paged_decode_attention: tuning.kernel is not a compiled variant, found ", int(kernel));
 }
 
+KernelShape split_shape_or_launch(PagedDecodeKernel kernel, int head_dim, bool fp8, int group, const KernelArgs* args,
+                                  dim3 grid, cudaStream_t stream) {
+  if (head_dim == 128)
+    return fp8 ? split_for_kernel<128, true>(kernel, group, args, grid, stream)
+               : split_for_kernel<128, false>(kernel, group, args, grid, stream);
+  return fp8 ? split_for_kernel<64, true>(kernel, group, args, grid, stream)
+             : split_for_kernel<64, false>(kernel, group, args, grid, stream);
+}
+
+bool kernel_in_range(PagedDecodeKernel k) { return int(k) >= 0 && int(k) < int(PagedDecodeKernel::kCount); }
+bool pdl_early(PagedDecodeKernel k) { return k != PagedDecodeKernel::Base; }
+
+// The tile (keys per stage) of a kernel at a group size, without instantiating anything.
+int tile_keys_of(PagedDecodeKernel kernel, int group) {
+  return kernel == PagedDecodeKernel::FusedW8 && group <= 16 ? 128 : 64;
+}
+
+void validate_tuning(const PagedDecodeTuning& t, int group) {
+  const char* k = "paged_decode_attention: ";
+  if (!kernel_in_range(t.kernel)) kernel_fail(k, "tuning.kernel is not a compiled variant, found ", int(t.kernel));
+  if (t.target_ctas < 0 || t.target_ctas > (1 << 24))
+    kernel_fail(k, "tuning.target_ctas must be in [0, 2^24], found ", t.target_ctas);
+  const int tile = tile_keys_of(t.kernel, group);
+  if (t.chunk_tokens < 0 || t.chunk_tokens > kMaxChunkTokens || t.chunk_tokens % tile != 0)
+    kernel_fail(k, "tuning.chunk_tokens must be 0 or a multiple of ", tile, " (the ", paged_decode_kernel_name(t.kernel),
+                " tile at group ", group, ") <= ", kMaxChunkTokens, ", found ", t.chunk_tokens);
+}
 void validate(const PagedDecodeParams& p) {
   const char* k = "paged_decode_attention: ";
   if (p.n_seqs < 0) kernel_fail(k, "n_seqs must be >= 0, found ", p.n_seqs);
@@ -667,47 +927,99 @@ void validate(const PagedDecodeParams& p) {
     if (p.kv.scale_head_stride < 0)
       kernel_fail(k, "kv.scale_head_stride must be >= 0, found ", p.kv.scale_head_stride);
   }
+  validate_tuning(p.tuning, p.n_head / p.n_head_kv);
 }
 
 }  // namespace
 
+const char* paged_decode_kernel_name(PagedDecodeKernel kernel) {
+  switch (kernel) {
+    case PagedDecodeKernel::Base: return "base";
+    case PagedDecodeKernel::Pdl: return "pdl";
+    case PagedDecodeKernel::Prologue: return "prologue";
+    case PagedDecodeKernel::Fused: return "fused";
+    case PagedDecodeKernel::FusedW8: return "fused_w8";
+    case PagedDecodeKernel::FusedStages: return "fused_stages";
+    case PagedDecodeKernel::FusedFp8Mixed: return "fused_fp8mixed";
+    case PagedDecodeKernel::FusedFp8Alu: return "fused_fp8alu";
+    case PagedDecodeKernel::FusedStagesFp8Mixed: return "fused_stages_fp8mixed";
+    case PagedDecodeKernel::kCount: break;
+  }
+  return "unknown";
+}
+
+bool paged_decode_kernel_is_fused(PagedDecodeKernel kernel) {
+  return kernel_in_range(kernel) && kernel != PagedDecodeKernel::Base && kernel != PagedDecodeKernel::Pdl &&
+         kernel != PagedDecodeKernel::Prologue;
+}
+
+bool paged_decode_kernel_fp8_only(PagedDecodeKernel kernel) {
+  return kernel == PagedDecodeKernel::FusedFp8Mixed || kernel == PagedDecodeKernel::FusedFp8Alu ||
+         kernel == PagedDecodeKernel::FusedStagesFp8Mixed;
+}
+
 PagedDecodePlan paged_decode_plan(int n_seqs, int n_head, int n_head_kv, int head_dim, KvDtype dtype,
-                                  int max_seq_len_bound) {
+                                  int max_seq_len_bound, const PagedDecodeTuning& tuning) {
   PagedDecodePlan plan;
-  if (n_seqs < 1 || n_head_kv < 1 || max_seq_len_bound < 1) return plan;
-  const int chunk_tiles =
-      plan_chunk_tiles(n_seqs, n_head_kv, min_chunk_tiles(n_head / n_head_kv, dtype), max_seq_len_bound);
-  plan.chunk_tokens = chunk_tiles * kTileKeys;
+  if (n_seqs < 1 || n_head_kv < 1 || max_seq_len_bound < 1 || !kernel_in_range(tuning.kernel)) return plan;
+  const int group = n_head / n_head_kv;
+  const int tile = tile_keys_of(tuning.kernel, group);
+  plan.chunk_tokens =
+      tuning.chunk_tokens > 0
+          ? tuning.chunk_tokens
+          : plan_chunk_tokens(n_seqs, n_head_kv, std::max(min_chunk_tiles(group, dtype) * kTileKeys, tile),
+                              max_seq_len_bound, tuning.target_ctas > 0 ? tuning.target_ctas : kTargetCtas);
   plan.n_splits = ceil_div(max_seq_len_bound, plan.chunk_tokens);
   plan.n_ctas = plan.n_splits * n_head_kv * n_seqs;
-  plan.workspace_bytes = workspace_bytes_for(n_seqs, n_head, head_dim, plan.n_splits);
+  plan.fused = paged_decode_kernel_is_fused(tuning.kernel);
+  plan.workspace_bytes = workspace_bytes_for(n_seqs, n_head, head_dim, plan.n_splits) +
+                         (plan.fused ? size_t(n_seqs) * n_head_kv * 4 : 0);
+  if (head_dim == 64 || head_dim == 128) {
+    const KernelShape shape = split_shape_or_launch(tuning.kernel, head_dim, dtype == KvDtype::Fp8E4M3, group, nullptr,
+                                                    dim3(), nullptr);
+    plan.threads = shape.threads;
+    plan.tile_keys = shape.tile_keys;
+    plan.stages = shape.stages;
+    plan.smem_bytes = shape.smem_bytes;
+  }
   return plan;
 }
 
-size_t paged_decode_workspace_bytes(int n_seqs, int n_head, int head_dim, int max_seq_len_bound) {
+size_t paged_decode_workspace_bytes(int n_seqs, int n_head, int head_dim, int max_seq_len_bound,
+                                    const PagedDecodeTuning& tuning) {
   if (n_seqs < 1 || n_head < 1 || max_seq_len_bound < 1) return 16;
   // A bound on n_seqs * n_splits over every plan with n_seqs' <= n_seqs, bound' <= bound and any
   // n_head_kv, dtype (so it is monotone: a workspace sized for the largest batch and bound serves
-  // every smaller step). plan_chunk_tiles either keeps the largest chunk (n * ceil(tiles / 16)
-  // rows) or halved it because half as many splits gave < kTargetCtas CTAs (< 2 * kTargetCtas
-  // rows); and n_splits <= tiles.
+  // every smaller step). plan_chunk_tokens either keeps the largest chunk (n * ceil(tiles / 16)
+  // rows) or halved it because half as many splits gave < target CTAs (< 2 * target rows); and
+  // n_splits <= tiles. A fixed chunk: n * ceil(bound / chunk).
   const int64_t tiles = ceil_div(max_seq_len_bound, kTileKeys);
-  const int64_t rows = std::max<int64_t>(n_seqs * int64_t(ceil_div(tiles, kMaxChunkTiles)),
-                                         std::min<int64_t>(2 * kTargetCtas, n_seqs * tiles));
-  return size_t(rows) * n_head * (size_t(head_dim) + 2) * sizeof(float);
+  const int64_t target = tuning.target_ctas > 0 ? tuning.target_ctas : kTargetCtas;
+  const int64_t rows =
+      tuning.chunk_tokens > 0
+          ? int64_t(n_seqs) * ceil_div(max_seq_len_bound, tuning.chunk_tokens)
+          : std::max<int64_t>(n_seqs * int64_t(ceil_div(tiles, kMaxChunkTiles)), std::min<int64_t>(2 * target, n_seqs * tiles));
+  return size_t(rows) * n_head * (size_t(head_dim) + 2) * sizeof(float) + counter_tail_bytes(n_seqs, n_head);
+}
+
+void paged_decode_workspace_init(void* workspace, size_t workspace_bytes, int n_seqs, int n_head, cudaStream_t stream) {
+  if (workspace == nullptr || n_seqs < 1 || n_head < 1) return;
+  const size_t end = workspace_bytes & ~size_t(3);
+  const size_t tail = std::min(end, counter_tail_bytes(n_seqs, n_head));
+  LS_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(workspace) + (end - tail), 0, tail, stream));
 }
 
 void paged_decode_attention(const PagedDecodeParams& p, cudaStream_t stream) {
   validate(p);
   if (p.n_seqs == 0) return;
-  const PagedDecodePlan plan =
-      paged_decode_plan(p.n_seqs, p.n_head, p.n_head_kv, p.head_dim, p.kv.dtype, p.max_seq_len_bound);
+  const PagedDecodePlan plan = paged_decode_plan(p.n_seqs, p.n_head, p.n_head_kv, p.head_dim, p.kv.dtype,
+                                                 p.max_seq_len_bound, p.tuning);
   if (p.workspace_bytes < plan.workspace_bytes)
     kernel_fail("paged_decode_attention: workspace_bytes must be >= ", plan.workspace_bytes,
                 " (paged_decode_workspace_bytes(", p.n_seqs, ", ", p.n_head, ", ", p.head_dim, ", ",
                 p.max_seq_len_bound, ") = ",
-                paged_decode_workspace_bytes(p.n_seqs, p.n_head, p.head_dim, p.max_seq_len_bound), "), found ",
-                p.workspace_bytes);
+                paged_decode_workspace_bytes(p.n_seqs, p.n_head, p.head_dim, p.max_seq_len_bound, p.tuning),
+                "), found ", p.workspace_bytes);
 
   KernelArgs a{};
   a.q = static_cast<const uint16_t*>(p.q);
@@ -733,19 +1045,23 @@ void paged_decode_attention(const PagedDecodeParams& p, cudaStream_t stream) {
   a.n_splits = plan.n_splits;
   a.ws_acc = static_cast<float*>(p.workspace);
   a.ws_ml = a.ws_acc + size_t(p.n_seqs) * p.n_head * plan.n_splits * p.head_dim;  // 16-byte aligned: head_dim % 4 == 0
+  // counters: fixed places counted down from the end of the workspace (the same for every step)
+  a.counters_end = reinterpret_cast<unsigned*>(static_cast<char*>(p.workspace) + (p.workspace_bytes & ~size_t(3))) - 1;
   a.out = static_cast<uint16_t*>(p.out);
 
   // ws_acc: [n_seqs, n_head, n_splits, head_dim] f32; ws_ml: [n_seqs, n_head, n_splits, 2] f32
   const dim3 split_grid(plan.n_splits, p.n_head_kv, p.n_seqs);
-  const bool fp8 = p.kv.dtype == KvDtype::Fp8E4M3;
-  if (p.head_dim == 128) {
-    fp8 ? launch_split_for_group<128, true>(a, split_grid, stream) : launch_split_for_group<128, false>(a, split_grid, stream);
-  } else {
-    fp8 ? launch_split_for_group<64, true>(a, split_grid, stream) : launch_split_for_group<64, false>(a, split_grid, stream);
-  }
+  split_shape_or_launch(p.tuning.kernel, p.head_dim, p.kv.dtype == KvDtype::Fp8E4M3, a.group, &a, split_grid, stream);
+  if (plan.fused) return;
   const dim3 merge_grid(ceil_div(p.n_head, kWarps), p.n_seqs);
-  if (p.head_dim == 128) launch_pdl(paged_decode_merge_kernel<128>, merge_grid, 0, stream, a, "paged_decode_merge_kernel");
-  else launch_pdl(paged_decode_merge_kernel<64>, merge_grid, 0, stream, a, "paged_decode_merge_kernel");
+  const bool early = pdl_early(p.tuning.kernel);
+  if (p.head_dim == 128) {
+    early ? launch_pdl(paged_decode_merge_kernel<128, true>, merge_grid, kThreads, 0, stream, a, "paged_decode_merge_kernel")
+          : launch_pdl(paged_decode_merge_kernel<128, false>, merge_grid, kThreads, 0, stream, a, "paged_decode_merge_kernel");
+  } else {
+    early ? launch_pdl(paged_decode_merge_kernel<64, true>, merge_grid, kThreads, 0, stream, a, "paged_decode_merge_kernel")
+          : launch_pdl(paged_decode_merge_kernel<64, false>, merge_grid, kThreads, 0, stream, a, "paged_decode_merge_kernel");
+  }
 }
 
 }  // namespace latentserve::cuda

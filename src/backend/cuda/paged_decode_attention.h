@@ -25,6 +25,47 @@
 
 namespace latentserve::cuda {
 
+// Compiled kernel variants (docs/cuda-decode-attention.md, "Variants"). Base is the measured,
+// tested kernel and the default; the others are candidates the benchmark sweeps and the tests run.
+//   Base          128 threads, 3-4 cp.async stages, separate merge kernel (the kernel as first measured)
+//   Pdl           Base + griddepcontrol.launch_dependents at the start of both kernels (the next
+//                 kernel's launch hides under this one's tail)
+//   Prologue      Pdl + a prologue whose seq_len, block-table and q loads are all in flight at once
+//                 (one global round trip before the first K/V copy instead of two)
+//   Fused         Prologue + the merge fused into the split kernel: the last CTA of a (sequence, KV
+//                 head) merges the partials (atomic counter at the end of the workspace, reset by that
+//                 CTA); a sequence whose live context is one chunk writes its output directly
+//   FusedW8       Fused with 256 threads (8 warps), one CTA per SM, stages filling ~227 KB
+//   FusedStages   Fused with as many stages as still fit two CTAs per SM (more bytes in flight for
+//                 FP8 and head_dim 64; the same 3 stages at bf16 / head_dim 128)
+//   FusedFp8Mixed Fused; FP8 V converted with integer ops (e4m3 bits -> f16 bits, x2^-8 folded into
+//                 v_scale) so K (cvt.e4m3x2) and V (ALU) conversions run on different pipes
+//   FusedFp8Alu   Fused; FP8 K and V both converted with integer ops
+//   FusedStagesFp8Mixed  FusedStages + FusedFp8Mixed
+// For a bf16 cache the three Fp8 variants run exactly the Fused / FusedStages kernels.
+enum class PagedDecodeKernel : int {
+  Base = 0,
+  Pdl,
+  Prologue,
+  Fused,
+  FusedW8,
+  FusedStages,
+  FusedFp8Mixed,
+  FusedFp8Alu,
+  FusedStagesFp8Mixed,
+  kCount
+};
+const char* paged_decode_kernel_name(PagedDecodeKernel kernel);
+bool paged_decode_kernel_is_fused(PagedDecodeKernel kernel);
+bool paged_decode_kernel_fp8_only(PagedDecodeKernel kernel);  // differs from another variant only for FP8
+
+// Run-time knobs; the defaults are the current behaviour.
+struct PagedDecodeTuning {
+  PagedDecodeKernel kernel = PagedDecodeKernel::Base;
+  int target_ctas = 0;   // > 0: the CTA count the chunk planner aims at (default 528 = 4 x 132)
+  int chunk_tokens = 0;  // > 0: fixed chunk, a multiple of the variant's tile (64, or 128 for FusedW8 at group <= 16), <= 1024
+};
+
 struct PagedDecodeParams {
   const void* q;          // bf16 [n_seqs, n_head, head_dim]; row of sequence s at q + s*q_seq_stride elements
   int64_t q_seq_stride;   // elements (>= n_head*head_dim); the model passes its fused qkv buffer
@@ -39,27 +80,44 @@ struct PagedDecodeParams {
   int max_seq_len_bound = 0;  // host-known upper bound of seq_lens: sizes the grid (so a captured graph stays valid as lengths grow up to it)
   void* workspace = nullptr;  // device scratch of paged_decode_workspace_bytes(...) bytes (split-KV partials)
   size_t workspace_bytes = 0;
+  PagedDecodeTuning tuning;   // which compiled variant and chunk plan (default: Base, planned chunks)
 };
 // Requirements the launcher checks (each failure throws Error naming the field):
 //   q, out, kv.k, kv.v, seq_lens, block_tables, workspace non-null; q, out, kv.k, kv.v, workspace
 //   16-byte aligned; q_seq_stride >= n_head*head_dim and a multiple of 8; n_head / n_head_kv <= 64;
-//   max_blocks_per_seq >= 1; max_seq_len_bound >= 1; FP8: k_scale, v_scale non-null.
+//   max_blocks_per_seq >= 1; max_seq_len_bound >= 1; FP8: k_scale, v_scale non-null; tuning: a
+//   compiled kernel, target_ctas >= 0, chunk_tokens 0 or a multiple of the tile <= 1024; fused
+//   variants: workspace_bytes >= partials + 4 * n_seqs * n_head_kv (and counters zeroed once,
+//   paged_decode_workspace_init).
 
-// Bytes of workspace: an upper bound over every n_head_kv and KV dtype, and monotone in n_seqs
-// and max_seq_len_bound, so a workspace sized for the largest batch and bound serves every
-// smaller step (allocate it once; at most ~18 MB beyond n_seqs*n_head*ceil(bound/1024) partials).
-size_t paged_decode_workspace_bytes(int n_seqs, int n_head, int head_dim, int max_seq_len_bound);
+// Bytes of workspace: an upper bound over every n_head_kv and KV dtype (for the given tuning's
+// chunk rule), and monotone in n_seqs and max_seq_len_bound, so a workspace sized for the largest
+// batch and bound serves every smaller step (allocate it once; at most ~18 MB beyond
+// n_seqs*n_head*ceil(bound/1024) partials). Layout: partials from the start; the fused variants'
+// merge counters (one uint32 per (sequence, KV head)) in the last round_up(4*n_seqs*n_head, 256)
+// bytes, indexed down from the end, so their place does not move with the step's batch.
+size_t paged_decode_workspace_bytes(int n_seqs, int n_head, int head_dim, int max_seq_len_bound,
+                                    const PagedDecodeTuning& tuning = {});
+// The fused variants need their counters zero before their first launch on a workspace (each
+// launch leaves them zero again, so captured graphs replay correctly): call this once after
+// allocating (stream-ordered memset of the counter tail; partials are left as they are).
+// n_seqs, n_head: those the workspace was sized for.
+void paged_decode_workspace_init(void* workspace, size_t workspace_bytes, int n_seqs, int n_head,
+                                 cudaStream_t stream);
 
 void paged_decode_attention(const PagedDecodeParams& p, cudaStream_t stream);
 
 // The launch shape paged_decode_attention picks (host arithmetic only; for benchmarks and docs).
 struct PagedDecodePlan {
-  int chunk_tokens = 0;  // context tokens per CTA (a multiple of the 64-key tile)
+  int chunk_tokens = 0;  // context tokens per CTA (a multiple of the key tile)
   int n_splits = 0;      // CTAs per (sequence, KV head): ceil(max_seq_len_bound / chunk_tokens)
   int n_ctas = 0;        // n_splits * n_head_kv * n_seqs
-  size_t workspace_bytes = 0;  // what this launch uses (<= paged_decode_workspace_bytes)
+  size_t workspace_bytes = 0;  // what this launch uses (<= paged_decode_workspace_bytes); fused: partials + counters
+  // the compiled kernel this launch runs
+  int threads = 0, tile_keys = 0, stages = 0, smem_bytes = 0;
+  bool fused = false;
 };
 PagedDecodePlan paged_decode_plan(int n_seqs, int n_head, int n_head_kv, int head_dim, KvDtype dtype,
-                                  int max_seq_len_bound);
+                                  int max_seq_len_bound, const PagedDecodeTuning& tuning = {});
 
 }  // namespace latentserve::cuda

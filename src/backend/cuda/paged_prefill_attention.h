@@ -19,6 +19,28 @@
 
 namespace latentserve::cuda {
 
+// Kernel shapes the launcher can run (docs/cuda-prefill-attention.md, "Variants"). Base is the
+// measured, tested default; the others are candidates the benchmark compares in one run. Every
+// variant computes the same function and passes the same tests. Names: w<warps>m<16-row MMA tiles
+// per warp>[n<key tile>][s<cp.async stages>][gqa: one CTA per KV head][exp: part of exp2 on FMA].
+enum class PrefillKernelVariant : int {
+  Base = 0,   // 8 warps x 16 rows (128-row tile), Q in registers, 64-key tiles, 3 stages, 1 CTA/SM
+  W8M1,       // Base's shape through the variant kernel (control: should time like Base)
+  W4M2,       // 4 warps x 32 rows (128-row tile), Q re-read from smem, 64 keys, 2 stages: 96 KiB, 2 CTAs/SM
+  W4M2S3,     // W4M2 with 3 stages: 128 KiB, 1 CTA/SM
+  W8M2,       // 8 warps x 32 rows (256-row tile), 64 keys, 2 stages: 128 KiB, 1 CTA/SM
+  W8M1N128,   // 8 warps x 16 rows, Q in registers, 128-key tiles, 2 stages: 160 KiB, 1 CTA/SM
+  W4M2Gqa,    // W4M2 with one CTA per (query tile, KV head): the tile's 128 rows are (query, head of the
+              // group) pairs, so each K/V tile is loaded once per group (falls back to W4M2 when group > 128)
+  W4M2Exp,    // W4M2 with 1 in 8 of the softmax exp2 on the FMA pipe (degree-3 polynomial), the rest on MUFU
+  kCount
+};
+constexpr int kPrefillKernelVariantCount = int(PrefillKernelVariant::kCount);
+// "base", "w8m1", "w4m2", ...; nullptr for a value out of range.
+const char* prefill_kernel_variant_name(PrefillKernelVariant v);
+// The variant called `name`; false when there is none.
+bool parse_prefill_kernel_variant(const char* name, PrefillKernelVariant* out);
+
 struct PagedPrefillParams {
   const void* q;            // bf16 [n_tokens, n_head, head_dim]; token t's row at q + t*q_token_stride elements
   int64_t q_token_stride;   // elements (>= n_head*head_dim, a multiple of 8); the model passes its fused qkv buffer
@@ -34,6 +56,7 @@ struct PagedPrefillParams {
   int n_head = 0, n_head_kv = 0, head_dim = 0;  // head_dim 64 or 128; n_head % n_head_kv == 0
   float softmax_scale = 0;
   int sliding_window = 0;   // > 0: a query at position p sees keys (p - window, p]
+  PrefillKernelVariant variant = PrefillKernelVariant::Base;  // kernel shape (same result); see above
 };
 
 // Validates every field (throws latentserve::Error naming it) and launches on `stream`. No
@@ -42,7 +65,14 @@ struct PagedPrefillParams {
 void paged_prefill_attention(const PagedPrefillParams& p, cudaStream_t stream);
 
 // The query tile (rows per CTA) the kernel uses for this head_dim: the grid has
-// ceil(max_query_len / tile) tiles per (sequence, head). For planners and benchmarks.
-int paged_prefill_query_tile(int head_dim);
+// ceil(max_query_len / tile) tiles per (sequence, head). For planners and benchmarks. (The Gqa
+// variant's tile holds rows / group queries of group heads each.)
+int paged_prefill_query_tile(int head_dim, PrefillKernelVariant variant = PrefillKernelVariant::Base);
+
+// Benchmark helper: the mma.sync ceiling. n_ctas CTAs of 256 threads; each warp issues
+// mma_per_warp back-to-back m16n8k16 bf16 MMAs (f32 accumulate) over 8 independent accumulator
+// chains in registers, and every thread writes one float to sink[n_ctas * 256] (keeps the work
+// alive). FLOPs = n_ctas * 8 * mma_per_warp * 2 * 16 * 8 * 16. mma_per_warp: a multiple of 8.
+void mma_sync_peak_probe(int n_ctas, int mma_per_warp, float* sink, cudaStream_t stream);
 
 }  // namespace latentserve::cuda

@@ -1,6 +1,7 @@
 #include "model/cuda/cuda_llama_model.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <utility>
 
@@ -76,6 +77,9 @@ class CudaLlamaModel final : public CausalLM {
       fail("dynamic NTK RoPE is not implemented on cuda (its tables change with each sequence's length): use --device cpu");
     spec_ = AttentionSpec::standard(c.n_head, c.n_head_kv, c.head_dim, c.head_dim);
     gemm_ = std::make_unique<cuda::Gemm>();
+    // Benchmarking knob (docs/cuda-backend.md): rows up to which decode GEMMs take the gemv
+    // kernel instead of cuBLASLt (0 = cuBLASLt always).
+    if (const char* rows = std::getenv("LATENTSERVE_CUDA_GEMV_ROWS")) gemm_->set_gemv_max_rows(std::atoi(rows));
     load_weights(*weights);
     weights.reset();  // every tensor is on the device now; drop the mmapped checkpoint
     const RopeTables rope = compute_rope_tables(c.rope, c.head_dim, c.max_position_embeddings, c.max_position_embeddings);
@@ -343,6 +347,11 @@ class CudaLlamaModel final : public CausalLM {
       p.softmax_scale = scale;
       p.sliding_window = window;
       p.max_seq_len_bound = int(shape.max_seq_len_bound);
+      // The fused variant merges split-KV partials in the last CTA of each (sequence, KV head):
+      // no merge kernel, which cost 8.8 us a layer at batch 1 (ncu, Llama-3-8B shape); for
+      // large groups (MQA) and fp8 the separate merge measured faster.
+      if (kv_layer.dtype == cuda::KvDtype::Bf16 && c.n_head / c.n_head_kv <= 8)
+        p.tuning.kernel = cuda::PagedDecodeKernel::Fused;
       p.workspace = b.decode_workspace();
       p.workspace_bytes = b.decode_workspace_bytes();
       cuda::paged_decode_attention(p, stream_);
@@ -365,6 +374,9 @@ class CudaLlamaModel final : public CausalLM {
       p.head_dim = int(c.head_dim);
       p.softmax_scale = scale;
       p.sliding_window = window;
+      // Long prompts: the 256-row tile (8 warps x 32 rows) measured 325 vs 276 TFLOP/s at 8K on
+      // the H200 (bench_cuda_prefill_attention); short chunks keep the 128-row tile.
+      p.variant = shape.max_query_len >= 256 ? cuda::PrefillKernelVariant::W8M2 : cuda::PrefillKernelVariant::Base;
       if (fast_attention_)
         cuda::paged_prefill_attention(p, stream_);
       else

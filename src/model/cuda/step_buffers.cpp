@@ -67,6 +67,9 @@ bool StepBuffers::reserve(const ModelDims& d, int64_t n_tokens, int64_t n_seqs, 
     LS_CUDA_CHECK(cudaDeviceSynchronize());
     decode_workspace_ = DeviceBuffer(
         std::max<size_t>(paged_decode_workspace_bytes(int(seqs), int(d.n_head), int(d.head_dim), int(bound)), 256));
+    // The fused variants' per-(sequence, head) counters start at zero (each launch leaves them so).
+    paged_decode_workspace_init(decode_workspace_.data(), decode_workspace_.bytes(), int(seqs), int(d.n_head), nullptr);
+    LS_CUDA_CHECK(cudaDeviceSynchronize());
   }
   tokens_cap_ = tokens;
   seqs_cap_ = seqs;
