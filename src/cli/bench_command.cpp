@@ -14,6 +14,7 @@
 // minutes on a small CPU).
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -43,7 +44,7 @@ namespace {
 struct BenchArgs {
   std::string synthetic = "tiny-bench", attention = "mha,gqa8,mqa", batch = "1,8", context = "1024,8192";
   std::string json_path = "bench-decode.json", fill = "random";
-  std::string device = "cpu", kv_cache_dtype = "auto", model_dir;
+  std::string device = "cpu", kv_cache_dtype = "auto", model_dir, plot;
   double gpu_memory_utilization = 0.9;
   int64_t steps = 5, warmup = 1, block_size = 16, prefill_chunk = 512;
   int threads = 0;
@@ -229,6 +230,45 @@ std::optional<Measured> time_decode_cuda(CausalLM& model, const std::vector<int3
 }
 #endif
 
+// Measured TPOT (solid) and the floor (dashed) against batch, one colour per (attention,
+// context): gnuplot data and script beside the PNG, rendered when gnuplot is installed.
+void write_plot(const nlohmann::json& rows, const std::string& png, const std::string& machine) {
+  std::vector<std::pair<std::string, int64_t>> series;
+  for (const auto& r : rows) {
+    const std::pair<std::string, int64_t> key{r["attention"].get<std::string>(), r["context_tokens"].get<int64_t>()};
+    if (std::find(series.begin(), series.end(), key) == series.end()) series.push_back(key);
+  }
+  std::ofstream data(png + ".dat");
+  for (const auto& [kind, ctx] : series) {
+    data << "# " << kind << " " << ctx << "\n";
+    for (const auto& r : rows)
+      if (r["attention"] == kind && r["context_tokens"] == ctx)
+        data << r["batch"].get<int64_t>() << " "
+             << (r.contains("measured_tpot_ms") ? fmt::format("{}", r["measured_tpot_ms"].get<double>()) : "NaN") << " "
+             << r["predicted_floor_ms"].get<double>() << "\n";
+    data << "\n\n";
+  }
+  data.close();  // gnuplot reads it below
+  std::ofstream gp(png + ".gp");
+  gp << "set terminal pngcairo size 1000,650\nset output '" << png << "'\n"
+     << "set title 'bench decode: measured TPOT (solid) vs predicted floor (dashed), " << machine << "'\n"
+     << "set xlabel 'batch'\nset ylabel 'ms per decode step'\nset logscale xy\nset key outside right\nset grid\n"
+     << "plot ";
+  for (size_t i = 0; i < series.size(); ++i) {
+    const int64_t ctx = series[i].second;
+    const std::string label = ctx % 1024 == 0 ? fmt::format("{} {}K", series[i].first, ctx / 1024)
+                                              : fmt::format("{} {}", series[i].first, ctx);
+    gp << (i ? ", " : "") << "'" << png << ".dat' index " << i << " using 1:2 with linespoints lw 2 lc " << i + 1
+       << " title '" << label << "', '' index " << i << " using 1:3 with lines dt 2 lc " << i + 1 << " notitle";
+  }
+  gp << "\n";
+  gp.close();
+  if (std::system(fmt::format("gnuplot '{}.gp' 2>&1", png).c_str()) != 0)
+    fmt::print("gnuplot failed or is missing: {}.dat and {}.gp are written, the PNG is not\n", png, png);
+  else
+    fmt::print("wrote {}\n", png);
+}
+
 int run_bench_decode(const BenchArgs& a) {
   if (a.steps <= 0) fail("--steps must be at least 1, got {}", a.steps);
   const perf::ModelShape backbone = perf::model_preset(a.synthetic, "--synthetic");
@@ -360,6 +400,7 @@ int run_bench_decode(const BenchArgs& a) {
       {"backbone", backbone.name}, {"weight_dtype", "bf16"}, {"kv_cache_dtype", cpu::kv_cache_dtype_name(kv_dtype)}, {"fill", a.fill},
       {"steps", a.steps}, {"warmup", a.warmup}, {"block_size_tokens", a.block_size}, {"rows", rows}};
   std::ofstream(a.json_path) << out.dump(2) << "\n";
+  if (!a.plot.empty()) write_plot(rows, a.plot, machine);
   fmt::print("\nratio = measured / floor; floor = max(bytes / measured {}, FLOPs / measured {})\n",
              on_gpu ? "read roof" : "bandwidth", on_gpu ? "bf16 GEMM rate" : "sgemm rate");
   fmt::print("wrote {}\n", a.json_path);
@@ -385,6 +426,7 @@ Command add_bench_command(CLI::App& app) {
   decode->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
   decode->add_option("--json", a->json_path, "where to write the results");
   decode->add_option("--device", a->device, "cpu (default) or cuda");
+  decode->add_option("--plot", a->plot, "also plot measured vs floor to this PNG (gnuplot)");
   decode->add_option("--kv-cache-dtype", a->kv_cache_dtype, "cuda: bf16 (auto) or fp8_e4m3 (per-head scales); the CPU bench runs f32");
   decode->add_option("--gpu-memory-utilization", a->gpu_memory_utilization, "cuda: share of GPU memory for weights + activations + KV");
   return {decode, [a] { return run_bench_decode(*a); }};
