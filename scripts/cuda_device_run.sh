@@ -44,6 +44,15 @@ if has e2e; then
     --batch ${E2E_BATCH:-1,8,32,64} --context ${E2E_CONTEXT:-1024,8192,32768} --steps ${E2E_STEPS:-10} --warmup 3 \
     --json "$OUT/bench_decode_cuda.json" 2>&1 | tail -60
 fi
+if has cli; then  # the CLI on the GPU: generate (vs the CPU), batch with a device-sized KV cache
+  M=tests/fixtures/llama_gqa_bf16
+  echo "generate cpu : $($BIN/latentserve generate --model $M --tokens 1,15,27,8,42 --max-tokens 12)"
+  echo "generate cuda: $($BIN/latentserve generate --model $M --tokens 1,15,27,8,42 --max-tokens 12 --device cuda)"
+  printf '%s\n' '{"id":"a","tokens":[1,5,9,13],"max_tokens":8,"temperature":0}' \
+    '{"id":"b","tokens":[1,7,7,7,2],"max_tokens":8,"temperature":0.8,"seed":3,"n":2}' > /tmp/req.jsonl
+  $BIN/latentserve batch --model $M --device cuda --input /tmp/req.jsonl --output /tmp/res.jsonl 2>&1 | tail -4
+  cat /tmp/res.jsonl
+fi
 if has ncu; then  # per-kernel GPU time of one decode step (tools/ncu_step_breakdown.py)
   NCU=$(command -v ncu || find / -name ncu -type f -path '*nsight-compute*' 2>/dev/null | head -1)
   timeout ${NCU_TIMEOUT:-240} $NCU --clock-control none --graph-profiling node --metrics gpu__time_duration.sum --csv \

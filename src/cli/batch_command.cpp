@@ -67,7 +67,6 @@ SamplingParams sampling_params_from(const nlohmann::json& j, const std::string& 
     if (!j["stop_token_ids"].is_array()) fail("{}: field 'stop_token_ids' must be a list of ids", where);
     p.stop_token_ids = j["stop_token_ids"].get<std::vector<int32_t>>();
   }
-  if (j.contains("n") && j["n"] != 1) fail("{}: field 'n' > 1 is not supported yet", where);
   try {
     p.validate();
   } catch (const Error& e) {

@@ -113,6 +113,38 @@ TEST(Cli, KvCacheDtypeFlag) {
   EXPECT_NE(bad.text.find("--kv-cache-dtype"), std::string::npos) << bad.text;
 }
 
+// `batch` with "n": 2 writes one line with a "choices" list in index order; the greedy
+// completions are each the greedy continuation, and a line without n keeps the flat shape.
+TEST(Cli, BatchWithNGivesOneLineOfChoices) {
+  const auto ref = reference();
+  const std::vector<int> prompt = ref["prompts"][0].get<std::vector<int>>();
+  const std::vector<int> greedy = ref["greedy"][0].get<std::vector<int>>();
+  const fs::path dir = fs::temp_directory_path() / "latentserve_cli_batch_n";
+  fs::create_directories(dir);
+  {
+    std::ofstream in(dir / "in.jsonl");
+    in << nlohmann::json{{"id", "one"}, {"tokens", prompt}, {"max_tokens", greedy.size()}, {"temperature", 0}, {"ignore_eos", true}}.dump() << "\n";
+    in << nlohmann::json{{"id", "two"}, {"tokens", prompt}, {"max_tokens", greedy.size()}, {"temperature", 0}, {"ignore_eos", true}, {"n", 2}}.dump() << "\n";
+  }
+  const Output out = run("batch --model " + kFixture.string() + " --input " + (dir / "in.jsonl").string() + " --output " +
+                         (dir / "out.jsonl").string());
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  std::ifstream res(dir / "out.jsonl");
+  std::string line1, line2;
+  std::getline(res, line1);
+  std::getline(res, line2);
+  const auto a = nlohmann::json::parse(line1), b = nlohmann::json::parse(line2);
+  EXPECT_EQ(a["id"], "one");
+  EXPECT_EQ(a["tokens"].get<std::vector<int>>(), greedy);
+  EXPECT_EQ(b["id"], "two");
+  ASSERT_EQ(b["choices"].size(), 2u) << line2;
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(b["choices"][i]["index"], i);
+    EXPECT_EQ(b["choices"][i]["tokens"].get<std::vector<int>>(), greedy) << "choice " << i;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Cli, BadInputNamesWhatWasWrong) {
   Output bad_tokens = run("logits --model " + kFixture.string() + " --tokens 1,x,3");
   EXPECT_NE(bad_tokens.exit_code, 0);
