@@ -61,8 +61,10 @@ struct Store {
   }
 };
 
-// grid: n_tokens. Rotated pairs of q and k heads (k pairs also go to the cache), then the k
-// pass-through part and v to the cache.
+// grid: (n_tokens, ceil((n_head + n_head_kv) / kHeadsPerCta)). CTA (t, y) rotates the pairs of
+// q|k heads [y * kHeadsPerCta, +kHeadsPerCta) of token t (k pairs also go to the cache), then
+// stores the k pass-through part and v of the KV heads h = y, y + gridDim.y, ...; the two sets
+// of elements are disjoint, so the CTAs of a token need no ordering between them.
 __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeKvWriteParams p) {
   __shared__ float cos_t[kRopeMaxHeadDim / 2], sin_t[kRopeMaxHeadDim / 2];
   const int t = blockIdx.x;
