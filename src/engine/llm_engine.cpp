@@ -74,8 +74,7 @@ void LLMEngine::add_request(const std::string& id, std::vector<int32_t> prompt, 
   }
   scheduler_.add(std::move(completions[0]));  // admission control may throw: nothing was queued then
   if (n > 1) pending_completions_[id] = {std::make_move_iterator(completions.begin() + 1), std::make_move_iterator(completions.end())};
-  live_ids_[id] = n;
-  for (int32_t i = 0; i < n; ++i) members_[id].push_back(completion_id(id, i));
+  live_ids_[id] = {n, n};
 }
 
 bool LLMEngine::abort(const std::string& id) {
@@ -83,15 +82,13 @@ bool LLMEngine::abort(const std::string& id) {
   bool any = false;
   if (auto it = pending_completions_.find(id); it != pending_completions_.end()) {
     for (auto& r : it->second) {
-      r->status = RequestStatus::Finished;
-      r->aborted = true;
-      r->finish_time = Clock::now();
+      r->mark_aborted();
       aborted_pending_.push_back(std::move(r));
     }
     pending_completions_.erase(it);
     any = true;
   }
-  for (const auto& member : members_[id]) any |= scheduler_.abort(member);
+  for (int32_t i = 0; i < live_ids_[id].n; ++i) any |= scheduler_.abort(completion_id(id, i));
   return any;
 }
 
@@ -225,10 +222,7 @@ std::vector<RequestOutput> LLMEngine::step() {
   for (auto& r : aborted_pending_) finished.push_back(std::move(r));
   aborted_pending_.clear();
   for (auto& r : finished) {
-    if (--live_ids_[r->user_id] == 0) {
-      live_ids_.erase(r->user_id);
-      members_.erase(r->user_id);
-    }
+    if (--live_ids_[r->user_id].unfinished == 0) live_ids_.erase(r->user_id);
     auto it = std::find_if(outputs.begin(), outputs.end(),
                            [&](const auto& o) { return o.id == r->user_id && o.index == r->completion_index; });
     if (it == outputs.end()) {

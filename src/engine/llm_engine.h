@@ -7,7 +7,6 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "backend/cpu/cpu_kv_cache.h"
@@ -77,12 +76,15 @@ class LLMEngine {
   Sampler sampler_;
   EngineMetrics metrics_;
   int64_t next_seq_id_ = 1;
-  std::unordered_map<std::string, int32_t> live_ids_;  // caller's id -> completions not yet finished
+  struct LiveRequest {
+    int32_t n;           // completions asked for (ids: completion_id(id, 0 .. n-1))
+    int32_t unfinished;  // of those, not yet reported finished
+  };
+  std::unordered_map<std::string, LiveRequest> live_ids_;  // by the caller's id
   // n > 1: completions 1..n-1 wait until completion 0 has computed the prompt, then join the
   // queue and find its full prompt blocks in the prefix cache (shared, ref-counted).
   std::unordered_map<std::string, std::vector<std::unique_ptr<Request>>> pending_completions_;
   std::vector<std::unique_ptr<Request>> aborted_pending_;  // reported finished by the next step()
-  std::unordered_map<std::string, std::vector<std::string>> members_;  // caller's id -> its completions' ids
   std::vector<float> logits_;
   std::vector<int32_t> greedy_tokens_;  // picked on the device (device models, plain greedy steps)
 };

@@ -57,6 +57,11 @@ struct Request {
   std::vector<int32_t> all_tokens() const;
   int64_t n_uncomputed_tokens() const { return n_tokens() - n_computed_tokens; }
   bool is_finished() const { return status == RequestStatus::Finished; }
+  void mark_aborted() {
+    status = RequestStatus::Finished;
+    aborted = true;
+    finish_time = Clock::now();
+  }
   std::string finish_reason_name() const;  // "stop", "length", "abort" (OpenAI's words)
 };
 

@@ -121,18 +121,10 @@ std::vector<std::unique_ptr<Request>> Scheduler::take_finished() {
   return std::exchange(finished_, {});
 }
 
-namespace {
-void mark_aborted(Request& r) {
-  r.status = RequestStatus::Finished;
-  r.aborted = true;
-  r.finish_time = Clock::now();
-}
-}  // namespace
-
 bool Scheduler::abort(const std::string& request_id) {
   for (size_t i = 0; i < running_.size(); ++i)
     if (running_[i]->id == request_id && !running_[i]->is_finished()) {
-      mark_aborted(*running_[i]);
+      running_[i]->mark_aborted();
       kv_.free(running_[i]->seq_id);
       finished_.push_back(std::move(running_[i]));
       running_.erase(running_.begin() + int64_t(i));
@@ -140,7 +132,7 @@ bool Scheduler::abort(const std::string& request_id) {
     }
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
     if ((*it)->id == request_id) {
-      mark_aborted(**it);
+      (*it)->mark_aborted();
       finished_.push_back(std::move(*it));
       waiting_.erase(it);
       return true;
