@@ -138,7 +138,33 @@ struct Measured {
   double mean_context_tokens = 0;
 };
 
-// batch sequences at `context` cached tokens; warmup + steps decode steps; mean time of the timed ones.
+// warmup + steps decode steps of every sequence, one token each: `step(batch, next)` runs the
+// model and writes each sequence's greedy next token. Returns the median timed step (robust to
+// other processes taking the cores for a moment) at the mean context of the timed steps.
+template <typename Step>
+Measured time_steps(std::vector<Sequence>& seqs, int64_t context, const BenchArgs& a, Step step) {
+  std::vector<int32_t> next(seqs.size());
+  std::vector<double> seconds;
+  for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
+    std::vector<ScheduledChunk> chunks;
+    for (auto& s : seqs) chunks.push_back({&s, 1, false});
+    const ForwardBatch b = build_forward_batch(chunks, a.block_size);
+    const auto t0 = std::chrono::steady_clock::now();
+    step(b, next);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= a.warmup) seconds.push_back(dt);
+    for (size_t j = 0; j < seqs.size(); ++j) {
+      seqs[j].n_computed_tokens += 1;
+      seqs[j].tokens.push_back(next[j]);
+    }
+  }
+  std::sort(seconds.begin(), seconds.end());
+  const size_t n = seconds.size();
+  const double median = n % 2 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
+  return {median * 1e3, double(context + a.warmup) + double(a.steps - 1) / 2};
+}
+
+// batch sequences at `context` cached tokens (copied from `source`), timed by time_steps.
 Measured time_decode(CausalLM& model, const SourceKv& source, const std::vector<int32_t>& prompt, int64_t batch,
                      int64_t context, const BenchArgs& a) {
   const int64_t bs = a.block_size, total = context + a.warmup + a.steps;
@@ -161,26 +187,13 @@ Measured time_decode(CausalLM& model, const SourceKv& source, const std::vector<
       }
   }
   std::vector<float> logits(size_t(batch * model.vocab_size()));
-  std::vector<double> seconds;
-  for (int64_t step = 0; step < a.warmup + a.steps; ++step) {
-    std::vector<ScheduledChunk> chunks;
-    for (auto& s : seqs) chunks.push_back({&s, 1, false});
-    ForwardBatch b = build_forward_batch(chunks, bs);
-    const auto t0 = std::chrono::steady_clock::now();
+  return time_steps(seqs, context, a, [&](const ForwardBatch& b, std::vector<int32_t>& next) {
     model.forward(b, kv, logits.data());
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (step >= a.warmup) seconds.push_back(dt);
-    for (size_t i = 0; i < seqs.size(); ++i) {  // greedy next token
+    for (size_t i = 0; i < next.size(); ++i) {  // greedy next token
       const float* row = &logits[i * size_t(model.vocab_size())];
-      seqs[i].n_computed_tokens += 1;
-      seqs[i].tokens.push_back(int32_t(std::max_element(row, row + model.vocab_size()) - row));
+      next[i] = int32_t(std::max_element(row, row + model.vocab_size()) - row);
     }
-  }
-  // The median step: robust to other processes taking the cores for a moment.
-  std::sort(seconds.begin(), seconds.end());
-  const size_t n = seconds.size();
-  const double median = n % 2 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
-  return {median * 1e3, double(context + a.warmup) + double(a.steps - 1) / 2};
+  });
 }
 
 #ifdef LATENTSERVE_HAVE_CUDA
@@ -208,25 +221,9 @@ std::optional<Measured> time_decode_cuda(CausalLM& model, const std::vector<int3
     if (!seqs.back().block_table.reserve(total, pool)) fail("bench: block pool too small");
     seqs.back().n_computed_tokens = context;
   }
-  std::vector<int32_t> next(static_cast<size_t>(batch));
-  std::vector<double> seconds;
-  for (int64_t step = 0; step < a.warmup + a.steps; ++step) {
-    std::vector<ScheduledChunk> chunks;
-    for (auto& s : seqs) chunks.push_back({&s, 1, false});
-    ForwardBatch b = build_forward_batch(chunks, bs);
-    const auto t0 = std::chrono::steady_clock::now();
+  return time_steps(seqs, context, a, [&](const ForwardBatch& b, std::vector<int32_t>& next) {
     model.forward_greedy(b, *kv, next.data());
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (step >= a.warmup) seconds.push_back(dt);
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      seqs[i].n_computed_tokens += 1;
-      seqs[i].tokens.push_back(next[i]);
-    }
-  }
-  std::sort(seconds.begin(), seconds.end());
-  const size_t n = seconds.size();
-  const double median = n % 2 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
-  return Measured{median * 1e3, double(context + a.warmup) + double(a.steps - 1) / 2};
+  });
 }
 #endif
 

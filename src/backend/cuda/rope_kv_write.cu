@@ -99,14 +99,13 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeKvWritePara
   const __nv_bfloat16* k = row + int64_t(nh) * hd;
   const __nv_bfloat16* v = k + int64_t(nkv) * hd;
   // KV heads h with h % gridDim.y == blockIdx.y are this CTA's for V and K's unrotated elements.
-  const int k_from = rotate_here ? p.rotary_dim : 0, k_width = hd - k_from;
+  const int k_from = rotate_here ? p.rotary_dim : 0;
   for (int h = blockIdx.y; h < nkv; h += gridDim.y) {
     for (int e = k_from + threadIdx.x; e < hd; e += kThreads)
       store_k(kv_base + int64_t(h) * hd + e, h, bf16_to_f32(k[int64_t(h) * hd + e]));
     for (int e = threadIdx.x; e < hd; e += kThreads)
       store_v(kv_base + int64_t(h) * hd + e, h, bf16_to_f32(v[int64_t(h) * hd + e]));
   }
-  (void)k_width;
 }
 
 // ---- calibration ----

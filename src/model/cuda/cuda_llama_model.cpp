@@ -111,9 +111,9 @@ class CudaLlamaModel final : public CausalLM {
   int64_t plan_device_memory(int64_t max_batched_tokens, int64_t max_num_seqs, double gpu_memory_utilization) override {
     if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1))
       fail("--gpu-memory-utilization must be in (0, 1], found {}", gpu_memory_utilization);
-    buffers_.reserve(shape_of_config(), std::max<int64_t>(max_batched_tokens, max_num_seqs), max_num_seqs,
-                     max_num_seqs, 64, 4096);
-    graphs_.clear();
+    if (buffers_.reserve(shape_of_config(), std::max<int64_t>(max_batched_tokens, max_num_seqs), max_num_seqs,
+                         max_num_seqs, 64, 4096))
+      graphs_.clear();  // the buffers moved: captured graphs point at the old ones
     const auto [free_bytes, total_bytes] = device_.memory_info();
     const double target = gpu_memory_utilization * double(total_bytes);
     const double used = double(total_bytes - free_bytes);
@@ -179,7 +179,6 @@ class CudaLlamaModel final : public CausalLM {
         L.down_bias = w.vector(m + "down_proj.bias", H);
       }
     }
-    weight_bytes_ = w.bytes_uploaded();
   }
 
   const void* lm_head() const { return config_.tie_word_embeddings ? embed_.data() : lm_head_.data(); }
@@ -392,7 +391,7 @@ class CudaLlamaModel final : public CausalLM {
   DeviceBuffer embed_, lm_head_, final_norm_, inv_freq_;
   DeviceBuffer amax_scratch_;  // FP8 calibration: [2 * n_head_kv] amax bits
   std::vector<DeviceLayer> layers_;
-  int64_t rotary_dim_ = 0, weight_bytes_ = 0;
+  int64_t rotary_dim_ = 0;
   float attention_factor_ = 1.0f;
   cuda::StepBuffers buffers_;
   std::map<GraphKey, std::unique_ptr<DecodeGraph>> graphs_;

@@ -18,7 +18,6 @@ DeviceWeightLoader::DeviceWeightLoader(WeightSource& source, cudaStream_t stream
 void DeviceWeightLoader::put(const std::string& name, std::initializer_list<int64_t> shape, void* device) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  bytes_ += 2 * n;
   if (synthetic_) {  // same distribution as SyntheticWeights::get, drawn on the device
     const bool norm = SyntheticWeights::is_norm_weight(name);
     const float half_width = norm ? 0.1f : float(1.0 / std::sqrt(double(*(shape.end() - 1))));

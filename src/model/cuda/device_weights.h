@@ -23,8 +23,6 @@ class DeviceWeightLoader {
   // Biases of several tensors stacked: [sum n_i].
   DeviceBuffer stacked_vectors(const std::vector<std::string>& names, const std::vector<int64_t>& n);
 
-  int64_t bytes_uploaded() const { return bytes_; }
-
  private:
   // Writes tensor `name` of `shape` as bf16 at `device`.
   void put(const std::string& name, std::initializer_list<int64_t> shape, void* device);
@@ -32,7 +30,6 @@ class DeviceWeightLoader {
   WeightSource& source_;
   const SyntheticWeights* synthetic_;  // non-null: fill on the device instead of reading the source
   cudaStream_t stream_;
-  int64_t bytes_ = 0;
   uint64_t n_filled_ = 0;  // distinct seed per synthetic tensor
   std::vector<uint16_t> staging_;
 };
