@@ -1,6 +1,8 @@
 #include "attention/mla_attention.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cassert>
 #include <cstring>
 #include <numeric>
 
@@ -59,19 +61,34 @@ void MlaAttention::forward_absorbed(const float* q, const AttentionMetadata& met
   const int64_t T = meta.n_tokens(), nh = shape_.n_head, r = shape_.kv_lora_rank, dn = shape_.qk_nope_head_dim,
                 dr = shape_.qk_rope_head_dim, dv = shape_.v_head_dim, dq = shape_.qk_head_dim(), row = shape_.latent_row();
   q_abs_.resize(size_t(T * nh * row));
-  head_in_.resize(size_t(T * std::max(dn, r)));
-  head_out_.resize(size_t(T * std::max(r, dv)));
+  // The absorbed q and out projections are 2 x nh tiny linears (one head's W_UK / W_UV each):
+  // the heads run in one parallel_for, each linear inline on its chunk's thread, so a layer
+  // makes two fork-joins instead of 2 x nh. Each chunk takes its own scratch slot (a chunk
+  // ordinal; at most pool.n_threads() chunks) so threads never share head_in / head_out.
+  const int64_t in_width = std::max(dn, r), out_width = std::max(r, dv);
+  const int64_t slot_floats = T * (in_width + out_width);
+  head_scratch_.resize(size_t(pool.n_threads() * slot_floats));
+  const auto for_each_head = [&](const auto& per_head) {
+    std::atomic<int64_t> next_slot{0};
+    pool.parallel_for(0, nh, [&](int64_t h0, int64_t h1) {
+      const int64_t slot = next_slot.fetch_add(1, std::memory_order_relaxed);
+      assert(slot < pool.n_threads());
+      float* head_in = &head_scratch_[size_t(slot * slot_floats)];  // [T, in_width]
+      float* head_out = head_in + T * in_width;                     // [T, out_width]
+      for (int64_t h = h0; h < h1; ++h) per_head(h, head_in, head_out);
+    });
+  };
   // q_abs[T, nh, r + dr] = [q_nope W_UK | q_pe]
-  for (int64_t h = 0; h < nh; ++h) {
-    for (int64_t t = 0; t < T; ++t) std::memcpy(&head_in_[size_t(t * dn)], q + (t * nh + h) * dq, size_t(dn) * 4);
+  for_each_head([&](int64_t h, float* head_in, float* head_out) {
+    for (int64_t t = 0; t < T; ++t) std::memcpy(&head_in[size_t(t * dn)], q + (t * nh + h) * dq, size_t(dn) * 4);
     TensorView w_uk_t = TensorView::contiguous(&w_uk_t_[size_t(h * r * dn)], DType::F32, {r, dn});
-    cpu::linear(head_in_.data(), T, w_uk_t, nullptr, head_out_.data(), pool);  // [T, r]
+    cpu::linear(head_in, T, w_uk_t, nullptr, head_out, pool);  // [T, r]
     for (int64_t t = 0; t < T; ++t) {
       float* dst = &q_abs_[size_t((t * nh + h) * row)];
-      std::memcpy(dst, &head_out_[size_t(t * r)], size_t(r) * 4);
+      std::memcpy(dst, &head_out[size_t(t * r)], size_t(r) * 4);
       std::memcpy(dst + r, q + (t * nh + h) * dq + dn, size_t(dr) * 4);
     }
-  }
+  });
   // MQA over the latent rows: key = row (r + dr), value = row[:r]. o_lat: [T, nh, r]
   o_lat_.resize(size_t(T * nh * r));
   cpu::PagedAttentionParams p = paged_attention_params(meta);
@@ -87,12 +104,12 @@ void MlaAttention::forward_absorbed(const float* q, const AttentionMetadata& met
   p.softmax_scale = softmax_scale_;
   cpu::paged_attention(p, pool);
   // out[:, h, :] = o_lat[:, h, :] W_UV[h]ᵀ, W_UV[h] = kv_b_proj rows h*(dn+dv)+dn .. +dv
-  for (int64_t h = 0; h < nh; ++h) {
-    for (int64_t t = 0; t < T; ++t) std::memcpy(&head_in_[size_t(t * r)], &o_lat_[size_t((t * nh + h) * r)], size_t(r) * 4);
+  for_each_head([&](int64_t h, float* head_in, float* head_out) {
+    for (int64_t t = 0; t < T; ++t) std::memcpy(&head_in[size_t(t * r)], &o_lat_[size_t((t * nh + h) * r)], size_t(r) * 4);
     const TensorView w_uv = kv_b_proj_.slice(0, h * (dn + dv) + dn, (h + 1) * (dn + dv));  // [dv, r]
-    cpu::linear(head_in_.data(), T, w_uv, nullptr, head_out_.data(), pool);                  // [T, dv]
-    for (int64_t t = 0; t < T; ++t) std::memcpy(out + (t * nh + h) * dv, &head_out_[size_t(t * dv)], size_t(dv) * 4);
-  }
+    cpu::linear(head_in, T, w_uv, nullptr, head_out, pool);                                  // [T, dv]
+    for (int64_t t = 0; t < T; ++t) std::memcpy(out + (t * nh + h) * dv, &head_out[size_t(t * dv)], size_t(dv) * 4);
+  });
 }
 
 void MlaAttention::forward_naive(const float* q, const AttentionMetadata& meta, const cpu::KvRows& latent, float* out,

@@ -66,8 +66,8 @@ class MlaAttention {
   TensorView kv_b_proj_;
   float softmax_scale_;
   std::vector<float> w_uk_t_;  // [n_head, kv_lora_rank, qk_nope]: W_UK[h]ᵀ, so q_lat = linear(q_nope, W_UK[h]ᵀ)
-  // scratch
-  std::vector<float> head_in_, head_out_, q_abs_, o_lat_, k_tmp_, v_tmp_, c_tmp_, pe_tmp_, kv_tmp_;
+  // scratch; head_scratch_: pool.n_threads() slots of [T, max(dn, r)] in + [T, max(r, dv)] out
+  std::vector<float> head_scratch_, q_abs_, o_lat_, k_tmp_, v_tmp_, c_tmp_, pe_tmp_, kv_tmp_;
 };
 
 }  // namespace latentserve

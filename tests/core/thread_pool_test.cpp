@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -153,6 +155,116 @@ TEST(ThreadPool, CallsFromSeveralThreadsTakeTurns) {
     });
   for (auto& c : callers) c.join();
   EXPECT_EQ(total.load(), 3 * 300 * 30);
+}
+
+// Back-to-back calls that alternate between throwing and not, on the caller's chunk and on
+// workers' chunks, with varying chunk counts (so some workers sit out some calls): every
+// call either throws or gives the serial sum, and a throwing call still ran every chunk.
+TEST(ThreadPool, BackToBackCallsWithExceptionsKeepEveryCallSeparate) {
+  for (int n_threads : {2, 3, 4}) {
+    ThreadPool pool(n_threads);
+    for (int round = 0; round < 3000; ++round) {
+      const int64_t n = 1 + round % 7;  // 1 .. 7 items: 1 .. n_threads chunks
+      const int64_t thrower = round % 3 == 0 ? round % n : -1;  // the item whose chunk throws
+      std::atomic<int64_t> items{0};
+      bool threw = false;
+      try {
+        pool.parallel_for(0, n, [&](int64_t b, int64_t e) {
+          items += e - b;
+          if (thrower >= b && thrower < e) throw std::runtime_error("item " + std::to_string(thrower));
+        });
+      } catch (const std::runtime_error& e) {
+        threw = true;
+        ASSERT_EQ(std::string(e.what()), "item " + std::to_string(thrower)) << "round " << round;
+      }
+      ASSERT_EQ(threw, thrower >= 0) << "round " << round;
+      ASSERT_EQ(items.load(), n) << "round " << round;  // every chunk ran, thrower or not
+    }
+  }
+}
+
+// Nested calls back to back: each outer chunk makes many inner calls, which run inline on
+// that chunk's thread; an exception from an inner call comes out of the outer one.
+TEST(ThreadPool, ManyNestedCallsRunInlineOnTheChunksThread) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 500; ++round) {
+    std::atomic<int64_t> total{0};
+    std::atomic<int> off_thread{0};
+    pool.parallel_for(0, 3, [&](int64_t b, int64_t e) {
+      const auto me = std::this_thread::get_id();
+      for (int64_t i = b; i < e; ++i)
+        for (int k = 0; k < 5; ++k)
+          pool.parallel_for(0, 10, [&](int64_t ib, int64_t ie) {
+            if (std::this_thread::get_id() != me) ++off_thread;
+            total += ie - ib;
+          });
+    });
+    ASSERT_EQ(total.load(), 3 * 5 * 10) << "round " << round;
+    ASSERT_EQ(off_thread.load(), 0) << "round " << round;
+  }
+  EXPECT_THROW(pool.parallel_for(0, 3,
+                                 [&](int64_t b, int64_t) {
+                                   pool.parallel_for(0, 4, [&](int64_t, int64_t) {
+                                     if (b == 2) throw std::runtime_error("inner");
+                                   });
+                                 }),
+               std::runtime_error);
+}
+
+// Calls spaced further apart than the workers spin, so every call has to wake sleeping
+// workers (the blocking fall-back), mixed with back-to-back ones.
+TEST(ThreadPool, CallsAfterTheWorkersWentToSleepStillRun) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 40; ++round) {
+    if (round % 2 == 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(4 * ThreadPool::kSpinMicroseconds));
+    std::atomic<int64_t> sum{0};
+    std::set<std::thread::id> threads;
+    std::mutex m;
+    pool.parallel_for(0, 300, [&](int64_t b, int64_t e) {
+      // Longer than the caller spins, so the caller's blocking wait is exercised too.
+      if (b != 0) std::this_thread::sleep_for(std::chrono::microseconds(3 * ThreadPool::kSpinMicroseconds));
+      sum += e - b;
+      std::lock_guard<std::mutex> lock(m);
+      threads.insert(std::this_thread::get_id());
+    });
+    ASSERT_EQ(sum.load(), 300) << "round " << round;
+    ASSERT_EQ(threads.size(), 3u) << "round " << round;
+  }
+}
+
+// A pool destroyed right after a call, with its workers still spinning or just gone to sleep.
+TEST(ThreadPool, DestroyedRightAfterACall) {
+  for (int round = 0; round < 200; ++round) {
+    ThreadPool pool(1 + round % 4);
+    std::atomic<int64_t> sum{0};
+    pool.parallel_for(0, 8, [&](int64_t b, int64_t e) { sum += e - b; });
+    ASSERT_EQ(sum.load(), 8);
+    if (round % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(2 * ThreadPool::kSpinMicroseconds));
+  }
+}
+
+// Several calling threads taking turns while chunks throw.
+TEST(ThreadPool, CallsFromSeveralThreadsWithExceptions) {
+  ThreadPool pool(3);
+  std::atomic<int64_t> total{0}, thrown{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; ++t)
+    callers.emplace_back([&, t] {
+      for (int round = 0; round < 300; ++round) {
+        try {
+          pool.parallel_for(0, 30, [&](int64_t b, int64_t e) {
+            total += e - b;
+            if ((round + t) % 4 == 0 && b != 0) throw std::runtime_error("worker chunk");
+          });
+        } catch (const std::runtime_error&) {
+          ++thrown;
+        }
+      }
+    });
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(total.load(), 3 * 300 * 30);
+  EXPECT_EQ(thrown.load(), 3 * 75);
 }
 
 }  // namespace
