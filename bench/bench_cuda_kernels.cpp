@@ -1,7 +1,7 @@
 // The CUDA building blocks of a Llama forward against the GPU's roofs. A benchmark: prints a
 // table, asserts nothing.
 //
-//   bench_cuda_kernels [--quick] [--json FILE]
+//   bench_cuda_kernels [--quick] [--only gemm] [--json FILE]
 //
 // GEMM: TFLOP/s for the Llama-3-8B projections at m = 1, 8, 64, 512, 4096 tokens, and the
 // GB/s of weight bytes (what bounds small m). Each call reads another copy of the weight,
@@ -69,18 +69,37 @@ double time_ms(int repeats, const std::function<void(int)>& fn, cudaStream_t s) 
   return median(t);
 }
 
+// Mean ms of one call of fn(i) over `repeats` calls issued back to back (one event pair around
+// them): what a decode step sees, where each kernel's launch and ramp overlap the one before.
+double time_ms_back_to_back(int repeats, const std::function<void(int)>& fn, cudaStream_t s) {
+  cudaEvent_t a, b;
+  LS_CUDA_CHECK(cudaEventCreate(&a));
+  LS_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) fn(i);
+  LS_CUDA_CHECK(cudaEventRecord(a, s));
+  for (int i = 0; i < repeats; ++i) fn(i + 3);
+  LS_CUDA_CHECK(cudaEventRecord(b, s));
+  LS_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  LS_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms / float(repeats);
+}
+
 void fill(DeviceBuffer& b) { LS_CUDA_CHECK(cudaMemset(b.data(), 0x3c, b.bytes())); }  // bf16 ~0.011, f32 ~0.011
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, only_gemm = false;
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "gemm") == 0) only_gemm = true, ++i;
     else {
-      fmt::print(stderr, "usage: bench_cuda_kernels [--quick] [--json FILE]\n");
+      fmt::print(stderr, "usage: bench_cuda_kernels [--quick] [--only gemm] [--json FILE]\n");
       return 2;
     }
   }
@@ -147,10 +166,19 @@ int main(int argc, char** argv) {
         if (m <= 64)
           rows.push_back({fmt::format("gemm {} {} (weights)", path.name, p.name), fmt::format("m {}", m), t,
                           double(w_bytes) / (t * 1e-3) / 1e9, "GB/s", double(w_bytes) / (hbm_gbs * 1e9) * 1e3});
+        if (m <= 8) {
+          const double tb = time_ms_back_to_back(repeats, [&](int i) {
+            const void* wi = static_cast<const char*>(w.data()) + w_bytes * size_t(i % copies);
+            gemm.bf16(x.data(), wi, y.data(), m, p.n, p.k, f32, nullptr, s);
+          }, s);
+          rows.push_back({fmt::format("gemm {} {} (weights, b2b)", path.name, p.name), fmt::format("m {}", m), tb,
+                          double(w_bytes) / (tb * 1e-3) / 1e9, "GB/s", double(w_bytes) / (hbm_gbs * 1e9) * 1e3});
+        }
       }
     }
   }
 
+  if (!only_gemm) {
   // ---- memory-bound kernels: buffers rotated over >= 256 MiB when a call's bytes are small ----
   auto mem_row = [&](const std::string& kernel, const std::string& shape, double bytes, double t) {
     rows.push_back({kernel, shape, t, bytes / (t * 1e-3) / 1e9, "GB/s", bytes / (hbm_gbs * 1e9) * 1e3});
@@ -215,6 +243,8 @@ int main(int argc, char** argv) {
     }, s);
     mem_row("sample_rows top_p 0.9", fmt::format("{} x {}", B, V), double(l_bytes), t);
   }
+
+  }  // !only_gemm
 
   // ---- the table ----
   fmt::print("\n{:<28} {:<24} {:>10} {:>12} {:<8} {:>10} {:>7}\n", "kernel", "shape", "time ms", "rate", "unit",

@@ -5,7 +5,8 @@
 #      and the CPU path),
 #   2. the kernel benchmarks next to PyTorch's SDPA on the same shapes,
 #   3. `latentserve bench decode --device cuda` on the Llama-3-8B shape,
-# and prints a short summary last. Logs go to $OUT. STAGES (default "test kernels peers e2e")
+# and prints a short summary last. Logs go to $OUT. STAGES (default "test kernels peers e2e";
+# also "gemm": the GEMM table alone, "cli", "ncu")
 # picks a subset; QUICK=1 runs the reduced benchmark sets.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -34,15 +35,23 @@ if has kernels; then
     timeout ${BENCH_TIMEOUT:-150} $BIN/$b $QUICK_FLAG --json "$OUT/$b.json" 2>&1 | tail -${BENCH_TAIL:-60}
   done
 fi
+if has gemm; then  # the GEMM table alone: cuBLASLt and every gemv configuration, alone and back to back
+  timeout ${BENCH_TIMEOUT:-150} $BIN/bench_cuda_kernels --only gemm $QUICK_FLAG --json "$OUT/gemm.json" 2>&1 | grep -E "${GEMM_GREP:-.}" | tail -${BENCH_TAIL:-200}
+fi
 if has peers; then
   for p in sdpa_decode_peer sdpa_prefill_peer; do
     timeout ${BENCH_TIMEOUT:-150} python3 tools/$p.py $QUICK_FLAG --json "$OUT/$p.json" 2>&1 | tail -${BENCH_TAIL:-60}
   done
 fi
-if has e2e; then
-  timeout ${E2E_TIMEOUT:-300} $BIN/latentserve bench decode --device cuda --synthetic llama3-8b --attention ${E2E_ATTENTION:-gqa8,mha} \
-    --batch ${E2E_BATCH:-1,8,32,64} --context ${E2E_CONTEXT:-1024,8192,32768} --steps ${E2E_STEPS:-10} --warmup 3 \
-    --json "$OUT/bench_decode_cuda.json" 2>&1 | tail -60
+if has e2e; then  # E2E_GEMV_CONFIGS="s256 r4u4": one run per decode gemv configuration (default: the built-in one)
+  for cfg in ${E2E_GEMV_CONFIGS:-default}; do
+    [ "$cfg" = default ] && unset LATENTSERVE_CUDA_GEMV_CONFIG || export LATENTSERVE_CUDA_GEMV_CONFIG=$cfg
+    echo "== bench decode, gemv configuration $cfg =="
+    timeout ${E2E_TIMEOUT:-300} $BIN/latentserve bench decode --device cuda --synthetic llama3-8b --attention ${E2E_ATTENTION:-gqa8,mha} \
+      --batch ${E2E_BATCH:-1,8,32,64} --context ${E2E_CONTEXT:-1024,8192,32768} --steps ${E2E_STEPS:-10} --warmup 3 \
+      --json "$OUT/bench_decode_cuda_$cfg.json" 2>&1 | tail -60
+  done
+  unset LATENTSERVE_CUDA_GEMV_CONFIG
 fi
 if has cli; then  # the CLI on the GPU: generate (vs the CPU), batch with a device-sized KV cache
   M=tests/fixtures/llama_gqa_bf16

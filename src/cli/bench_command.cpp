@@ -199,7 +199,7 @@ Measured time_decode(CausalLM& model, const SourceKv& source, const std::vector<
 #ifdef LATENTSERVE_HAVE_CUDA
 // The GPU version of time_decode: `batch` sequences with `context` random tokens in a
 // device KV cache (random rows: a decode step reads the same bytes whatever the values),
-// then warmup + steps decode steps through forward_greedy (tokens picked on the device).
+// then warmup + steps decode steps through forward_choose (greedy tokens picked on the device).
 // Each step's time is the host's wall clock around the whole call: the batch upload, the
 // graph replay (or eager kernels) and the copy of the tokens back, so it is the TPOT an
 // engine step pays. Returns nullopt when the cache would not fit in device memory.
@@ -222,7 +222,7 @@ std::optional<Measured> time_decode_cuda(CausalLM& model, const std::vector<int3
     seqs.back().n_computed_tokens = context;
   }
   return time_steps(seqs, context, a, [&](const ForwardBatch& b, std::vector<int32_t>& next) {
-    model.forward_greedy(b, *kv, next.data());
+    model.forward_choose(b, *kv, {}, next.data());
   });
 }
 #endif

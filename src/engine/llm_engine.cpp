@@ -46,7 +46,8 @@ LLMEngine::LLMEngine(CausalLM& model, EngineConfig config, ThreadPool& pool, con
       pool_(pool),
       kv_(kv_config(model, config)),
       kv_memory_(model.make_kv_cache(kv_.n_blocks(), kv_.block_size_tokens(), config.kv_options)),
-      scheduler_(config.scheduler, kv_) {}
+      scheduler_(config.scheduler, kv_),
+      sample_on_device_(config.sample_on_device) {}
 
 void LLMEngine::add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params,
                             std::vector<std::string> stop) {
@@ -128,16 +129,33 @@ bool LLMEngine::update_text(Request& r, int32_t token, RequestOutput& out) {
   return false;
 }
 
-// Whether every request that samples this step is greedy with nothing that needs the
-// logits on the host (penalties change them, logprobs report them).
-bool LLMEngine::all_rows_plain_greedy(const StepPlan& plan) const {
+// A device model chooses the tokens of this step on the device (so logits stay there) when no
+// request that samples needs the host: penalties change the logits, logprobs report them.
+// Then fills choices (one per logits row, in row order), drawing each sampled row's uniform
+// from its request's RNG stream exactly as the host Sampler would have.
+bool LLMEngine::choose_on_device(const StepPlan& plan, std::vector<TokenChoice>& choices) const {
+  choices.clear();
+  if (model_.device() == "cpu" || !sample_on_device_) return false;
+  const auto samples = [](const Request& r, int64_t n_tokens) { return r.n_computed_tokens + n_tokens >= r.n_tokens(); };
   for (const auto& s : plan.scheduled) {
-    const Request& r = *s.request;
-    if (r.n_computed_tokens + s.n_tokens < r.n_tokens()) continue;  // mid-prompt chunk: no sample
-    const SamplingParams& p = r.params;
-    if (!p.is_greedy() || p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 ||
-        p.logprobs)
+    if (!samples(*s.request, s.n_tokens)) continue;  // mid-prompt chunk: no logits row
+    const SamplingParams& p = s.request->params;
+    if (p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 || p.logprobs)
       return false;
+  }
+  for (const auto& s : plan.scheduled) {
+    Request& r = *s.request;
+    if (!samples(r, s.n_tokens)) continue;
+    const SamplingParams& p = r.params;
+    TokenChoice c;
+    if (!p.is_greedy()) {
+      c.temperature = float(p.temperature);
+      c.top_k = p.top_k;
+      c.top_p = float(p.top_p);
+      c.min_p = float(p.min_p);
+      c.uniform = r.rng.next_uniform();
+    }
+    choices.push_back(c);
   }
   return true;
 }
@@ -154,12 +172,10 @@ std::vector<RequestOutput> LLMEngine::step() {
     std::vector<std::vector<int32_t>> tokens;
     ForwardBatch batch = build_batch(plan, tokens);
     const size_t vocab = size_t(model_.vocab_size());
-    // A device model picks plain greedy tokens on the device: the logits never cross to the
-    // host. Any other sampling (temperature, penalties, logprobs) takes the host sampler.
-    const bool greedy_on_device = model_.device() != "cpu" && all_rows_plain_greedy(plan);
-    if (greedy_on_device) {
-      greedy_tokens_.resize(batch.logits_indices.size());
-      model_.forward_greedy(batch, *kv_memory_, greedy_tokens_.data());
+    const bool on_device = choose_on_device(plan, choices_);
+    if (on_device) {
+      device_tokens_.resize(batch.logits_indices.size());
+      model_.forward_choose(batch, *kv_memory_, choices_, device_tokens_.data());
     } else {
       logits_.resize(batch.logits_indices.size() * vocab);
       model_.forward(batch, *kv_memory_, logits_.data());
@@ -179,8 +195,8 @@ std::vector<RequestOutput> LLMEngine::step() {
       Request& r = *s.request;
       if (r.n_computed_tokens != r.n_tokens()) continue;  // a prefill chunk mid-prompt
       SampleResult sample;
-      if (greedy_on_device) {
-        sample.token = greedy_tokens_[row++];
+      if (on_device) {
+        sample.token = device_tokens_[row++];
       } else {
         const std::span<const float> logits(&logits_[row++ * vocab], vocab);
         sample = sampler_.sample(logits, r.params, r.prompt, r.output, r.rng);

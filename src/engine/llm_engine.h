@@ -25,6 +25,10 @@ struct EngineConfig {
   int64_t n_kv_blocks = 0;              // > 0: exactly this many usable blocks (overrides the budget)
   bool enable_prefix_caching = true;
   cpu::KvCacheOptions kv_options;       // --kv-cache-dtype, --kv-scale
+  // A device model chooses tokens on the device (greedy, temperature / top-k / top-p / min-p
+  // with the host Sampler's draws) unless a request needs penalties or logprobs; false: the
+  // host Sampler always (logits copied back), the reference the device choice is tested against.
+  bool sample_on_device = true;
 };
 
 struct RequestOutput {
@@ -63,7 +67,7 @@ class LLMEngine {
  private:
   // `tokens` keeps each scheduled request's tokens alive while the batch is built.
   ForwardBatch build_batch(const StepPlan& plan, std::vector<std::vector<int32_t>>& tokens) const;
-  bool all_rows_plain_greedy(const StepPlan& plan) const;
+  bool choose_on_device(const StepPlan& plan, std::vector<TokenChoice>& choices) const;
   // Appends the token's text; true when a stop string ended the request.
   bool update_text(Request& r, int32_t token, RequestOutput& out);
 
@@ -74,6 +78,7 @@ class LLMEngine {
   std::unique_ptr<KvCacheMemory> kv_memory_;  // made by the model: host or device memory
   Scheduler scheduler_;
   Sampler sampler_;
+  bool sample_on_device_;
   EngineMetrics metrics_;
   int64_t next_seq_id_ = 1;
   struct LiveRequest {
@@ -86,7 +91,8 @@ class LLMEngine {
   std::unordered_map<std::string, std::vector<std::unique_ptr<Request>>> pending_completions_;
   std::vector<std::unique_ptr<Request>> aborted_pending_;  // reported finished by the next step()
   std::vector<float> logits_;
-  std::vector<int32_t> greedy_tokens_;  // picked on the device (device models, plain greedy steps)
+  std::vector<TokenChoice> choices_;     // how each logits row picks its token on the device
+  std::vector<int32_t> device_tokens_;   // the tokens a device model chose
 };
 
 }  // namespace latentserve

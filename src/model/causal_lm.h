@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "attention/attention_spec.h"
@@ -12,6 +13,17 @@
 #include "model/model_config.h"
 
 namespace latentserve {
+
+// How one logits row picks its token on the model's device (backend/cuda/sampling.h): the
+// Sampler's temperature / top-k / top-p / min-p filters, in f32, and the uniform draw the
+// host Sampler would have taken from the request's RNG stream. temperature 0: greedy.
+struct TokenChoice {
+  float temperature = 0.0f;
+  int32_t top_k = 0;     // 0 or -1: off
+  float top_p = 1.0f;    // 1: off
+  float min_p = 0.0f;    // 0: off
+  double uniform = 0.0;  // in [0, 1)
+};
 
 class CausalLM {
  public:
@@ -43,10 +55,12 @@ class CausalLM {
   // logits: [batch.logits_indices.size(), vocab_size] (host memory).
   virtual void forward(const ForwardBatch& batch, KvCacheMemory& kv, float* logits) = 0;
 
-  // The greedy next token of each logits row: next_tokens[batch.logits_indices.size()].
-  // A GPU model picks them on the device, so logits never cross to the host; the default
-  // runs forward() and takes the host argmax (lowest id on ties).
-  virtual void forward_greedy(const ForwardBatch& batch, KvCacheMemory& kv, int32_t* next_tokens);
+  // The next token of each logits row, chosen by choices[row] (empty: every row greedy):
+  // next_tokens[batch.logits_indices.size()]. A GPU model chooses on the device, so logits
+  // never cross to the host; the default runs forward() and takes the host argmax (lowest id
+  // on ties), and takes greedy rows only (the engine's Sampler samples for host models).
+  virtual void forward_choose(const ForwardBatch& batch, KvCacheMemory& kv, std::span<const TokenChoice> choices,
+                              int32_t* next_tokens);
 };
 
 }  // namespace latentserve

@@ -244,6 +244,62 @@ TEST(CudaLlamaModel, EngineOnTheGpuIsDeterministicAndAgreesWithTheOfflineRunner)
   EXPECT_GE(identical, int(requests.size()) * 3 / 4);
 }
 
+// Sampling on the device (cuda::sample_rows with the host Sampler's draws) against the host
+// Sampler on the same GPU logits: the same schedule twice, once choosing on the device and once
+// copying logits back (EngineConfig::sample_on_device = false). Parameters are exact f32
+// values, so the two can differ only where u * mass lands within ~1e-15 of a boundary.
+// A request with a repetition penalty makes its steps take the host path in both runs.
+TEST(CudaLlamaModel, SamplingOnTheDeviceChoosesTheHostSamplersTokens) {
+  LS_REQUIRE_GPU();
+  ThreadPool pool(2);
+  auto model = build_causal_lm(gqa128_config(), std::make_unique<HostSyntheticWeights>(21), pool, on_cuda());
+  const auto requests = mixed_requests(12, 20, 1000);
+  const auto params_of = [&](size_t i) {
+    SamplingParams p;
+    p.max_tokens = requests[i].max_new_tokens;
+    p.ignore_eos = true;
+    p.seed = 100 + i;
+    switch (i % 6) {
+      case 0: p.temperature = 0; break;
+      case 1: p.temperature = 0.75; break;
+      case 2: p.temperature = 1.0, p.top_k = 40; break;
+      case 3: p.temperature = 1.25, p.top_p = 0.875; break;
+      case 4: p.temperature = 0.5, p.min_p = 0.0625, p.top_k = 200, p.top_p = 0.9375; break;
+      case 5: p.temperature = 1.0, p.n = 2; break;
+    }
+    if (i == 7) p.repetition_penalty = 1.25;  // host-only: its steps copy logits back
+    return p;
+  };
+  const auto run = [&](bool on_device, bool all_greedy) {
+    EngineConfig config;
+    config.block_size_tokens = 16;
+    config.n_kv_blocks = 400;
+    config.scheduler.max_num_batched_tokens = 256;
+    config.sample_on_device = on_device;
+    LLMEngine engine(*model, config, pool);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      SamplingParams p = params_of(i);
+      if (all_greedy) p.temperature = 0, p.n = 1, p.repetition_penalty = 1.0;
+      engine.add_request(std::to_string(i), requests[i].prompt, p);
+    }
+    std::map<std::pair<std::string, int>, std::vector<int32_t>> got;
+    while (engine.has_unfinished())
+      for (auto& out : engine.step())
+        if (out.finished) got[{out.id, out.index}] = out.output_tokens;
+    EXPECT_EQ(engine.kv_manager().stats().n_blocks_used, 0) << "every block returned";
+    return got;
+  };
+  const auto device = run(true, false), host = run(false, false), greedy = run(true, true);
+  ASSERT_EQ(device.size(), host.size());
+  int sampled_away_from_greedy = 0;
+  for (const auto& [key, tokens] : host) {
+    EXPECT_EQ(device.at(key), tokens) << "request " << key.first << " completion " << key.second;
+    if (params_of(std::stoul(key.first)).temperature > 0 && tokens != greedy.at({key.first, 0})) ++sampled_away_from_greedy;
+  }
+  EXPECT_EQ(device.size(), requests.size() + 2) << "the two n = 2 requests give two completions each";
+  EXPECT_GE(sampled_away_from_greedy, 6) << "sampled requests should leave the greedy path";
+}
+
 // FP8 KV (per-head and per-tensor static scales, calibrated on the device) stays close to
 // bf16 KV; the figure is printed, the bound is a sanity check, not the accuracy claim
 // (bench_kv_fp8 measures that on the CPU).

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernel_error.h"
+#include "backend/cuda/pdl_launch.cuh"
 
 namespace latentserve::cuda {
 namespace {
@@ -14,6 +15,7 @@ __device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f
 __global__ void __launch_bounds__(kThreads) silu_mul_vec_kernel(const uint4* gate_up, uint4* out, int64_t n_units,
                                                                 int inter_units) {
   allow_dependent_launch();
+  wait_for_previous_kernel();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n_units; i += int64_t(gridDim.x) * kThreads) {
     const int64_t row = i / inter_units, col = i - row * inter_units;
     const uint4 g = gate_up[row * 2 * inter_units + col], u = gate_up[row * 2 * inter_units + inter_units + col];
@@ -33,6 +35,7 @@ __global__ void __launch_bounds__(kThreads) silu_mul_vec_kernel(const uint4* gat
 __global__ void __launch_bounds__(kThreads) silu_mul_scalar_kernel(const __nv_bfloat16* gate_up, __nv_bfloat16* out,
                                                                    int64_t n, int inter) {
   allow_dependent_launch();
+  wait_for_previous_kernel();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += int64_t(gridDim.x) * kThreads) {
     const int64_t row = i / inter, col = i - row * inter;
     const float g = bf16_to_f32(gate_up[row * 2 * inter + col]), u = bf16_to_f32(gate_up[row * 2 * inter + inter + col]);
@@ -64,11 +67,11 @@ void silu_mul(const void* gate_up, void* out, int n_rows, int inter, cudaStream_
                    reinterpret_cast<uintptr_t>(out) % 16 == 0;
   if (vec) {
     const int64_t n_units = int64_t(n_rows) * (inter / 8);
-    silu_mul_vec_kernel<<<grid_for(n_units), kThreads, 0, s>>>(static_cast<const uint4*>(gate_up),
+    launch_pdl(silu_mul_vec_kernel, dim3(grid_for(n_units)), dim3(kThreads), 0, s, static_cast<const uint4*>(gate_up),
                                                                static_cast<uint4*>(out), n_units, inter / 8);
   } else {
     const int64_t n = int64_t(n_rows) * inter;
-    silu_mul_scalar_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(gate_up),
+    launch_pdl(silu_mul_scalar_kernel, dim3(grid_for(n)), dim3(kThreads), 0, s, static_cast<const __nv_bfloat16*>(gate_up),
                                                             static_cast<__nv_bfloat16*>(out), n, inter);
   }
   LS_CUDA_CHECK_LAUNCH("silu_mul_kernel");

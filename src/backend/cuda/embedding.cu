@@ -2,6 +2,7 @@
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernel_error.h"
+#include "backend/cuda/pdl_launch.cuh"
 
 namespace latentserve::cuda {
 namespace {
@@ -44,6 +45,7 @@ template <bool kVec>
 __global__ void __launch_bounds__(kThreads) gather_rows_kernel(const __nv_bfloat16* in, const int32_t* indices,
                                                                __nv_bfloat16* out, int dim) {
   allow_dependent_launch();
+  wait_for_previous_kernel();
   const int32_t index = indices[blockIdx.x];
   const __nv_bfloat16* row = in + int64_t(index < 0 ? 0 : index) * dim;
   __nv_bfloat16* o = out + int64_t(blockIdx.x) * dim;
@@ -87,9 +89,9 @@ void gather_rows(const void* in, const int32_t* indices, void* out, int n_out, i
   auto* i = static_cast<const __nv_bfloat16*>(in);
   auto* o = static_cast<__nv_bfloat16*>(out);
   if (dim % 8 == 0 && aligned16(in) && aligned16(out))
-    gather_rows_kernel<true><<<n_out, kThreads, 0, s>>>(i, indices, o, dim);
+    launch_pdl(gather_rows_kernel<true>, dim3(n_out), dim3(kThreads), 0, s, i, indices, o, dim);
   else
-    gather_rows_kernel<false><<<n_out, kThreads, 0, s>>>(i, indices, o, dim);
+    launch_pdl(gather_rows_kernel<false>, dim3(n_out), dim3(kThreads), 0, s, i, indices, o, dim);
   LS_CUDA_CHECK_LAUNCH("gather_rows_kernel");
 }
 

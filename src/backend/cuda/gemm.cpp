@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <vector>
 #include <tuple>
 
@@ -38,6 +39,7 @@ struct Plan {
   std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's top ones, for autotuning
   bool bias_epilogue = false;  // bias through CUBLASLT_EPILOGUE_BIAS
   bool bias_after = false;     // f32 y whose bf16-bias epilogue cuBLASLt refused: add_bias_f32 after the matmul
+  bool use_gemv = false;       // the skinny kernel (gemv.h) beat cuBLASLt's candidates on this shape
   ~Plan() {
     if (op) cublasLtMatmulDescDestroy(op);
     for (auto l : {a, b, c})
@@ -53,44 +55,62 @@ using PlanKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, uint32_t, uint
 struct Gemm::State {
   cublasLtHandle_t handle = nullptr;
   DeviceBuffer workspace{kWorkspaceBytes};  // once, here: a captured matmul must not allocate
+  DeviceBuffer flush;                       // autotune: 2 x L2 bytes written before each timed run
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
   ~State() {
     plans.clear();
     if (handle) cublasLtDestroy(handle);
   }
 
-  // Autotune: the candidate that runs fastest on these operands (one warm-up, best of 3,
-  // event-timed). Outside graph capture only; y is overwritten, as the call will anyway.
-  cublasLtMatmulAlgo_t fastest(const Plan& plan, const void* x, const void* w, void* y, int64_t m, int64_t n,
-                               int64_t k, cudaStream_t s) {
+  // Autotune: the fastest of cuBLASLt's candidates and (when `gemv` is set) the gemv kernel on
+  // these operands: one warm-up, best of 3, event-timed, with the L2 cache flushed before each
+  // run, as a decode step meets its weights (15 GB of them stream through a 50 MB L2; a
+  // warm-L2 timing picks kernels that are slower from memory). Outside graph capture only; y
+  // is overwritten, as the call will anyway. Sets plan.algo and plan.use_gemv.
+  void autotune(Plan& plan, const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, bool y_f32,
+                const void* bias, const std::optional<GemvConfig>& gemv, cudaStream_t s) {
+    if (flush.bytes() == 0) {
+      int device = 0, l2 = 0;
+      LS_CUDA_CHECK(cudaGetDevice(&device));
+      LS_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+      flush = DeviceBuffer(std::max<size_t>(size_t(2) * size_t(l2), size_t(8) << 20));
+    }
     cudaEvent_t start, stop;
     LS_CUDA_CHECK(cudaEventCreate(&start));
     LS_CUDA_CHECK(cudaEventCreate(&stop));
-    const float alpha = 1.0f, beta = 0.0f;
-    float best_ms = 1e30f;
-    cublasLtMatmulAlgo_t best = plan.algo;
-    for (const cublasLtMatmulAlgo_t& algo : plan.candidates) {
+    const auto cold_ms = [&](const auto& run) {  // best of 3 after a warm-up; +inf when run() refuses
       float ms = 1e30f;
       for (int rep = 0; rep < 4; ++rep) {
+        LS_CUDA_CHECK(cudaMemsetAsync(flush.data(), rep, flush.bytes(), s));
         LS_CUDA_CHECK(cudaEventRecord(start, s));
-        const cublasStatus_t st = cublasLtMatmul(handle, plan.op, &alpha, w, plan.a, x, plan.b, &beta, y, plan.c, y,
-                                                 plan.c, &algo, workspace.data(), kWorkspaceBytes, s);
+        const bool ok = run();
         LS_CUDA_CHECK(cudaEventRecord(stop, s));
         LS_CUDA_CHECK(cudaEventSynchronize(stop));
-        if (st != CUBLAS_STATUS_SUCCESS) break;
+        if (!ok) return 1e30f;
         float t = 0;
         LS_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
         if (rep > 0) ms = std::min(ms, t);
       }
-      if (ms < best_ms) {
-        best_ms = ms;
-        best = algo;
-      }
+      return ms;
+    };
+    const float alpha = 1.0f, beta = 0.0f;
+    float best_ms = 1e30f;
+    for (const cublasLtMatmulAlgo_t& algo : plan.candidates) {
+      const float ms = cold_ms([&] {
+        return cublasLtMatmul(handle, plan.op, &alpha, w, plan.a, x, plan.b, &beta, y, plan.c, y, plan.c, &algo,
+                              workspace.data(), kWorkspaceBytes, s) == CUBLAS_STATUS_SUCCESS;
+      });
+      if (ms < best_ms) best_ms = ms, plan.algo = algo;
+    }
+    if (gemv) {
+      const float ms = cold_ms([&] {
+        gemv_bf16(x, w, y, m, n, k, y_f32, bias, s, *gemv);
+        return true;
+      });
+      plan.use_gemv = ms < best_ms;
     }
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
-    (void)m, (void)n, (void)k;
-    return best;
   }
 
   // The descriptors for one shape and the heuristic's best algorithm; false when the heuristic
@@ -164,10 +184,7 @@ void Gemm::bf16(const void* x, const void* w, void* y, int64_t m, int64_t n, int
     fail("Gemm::bf16: x, w and y must be device pointers, {} is null (m {}, n {}, k {})",
          !x ? "x" : !w ? "w" : "y", m, n, k);
   if (m == 0) return;
-  if (m <= gemv_max_rows_ && gemv_supported(x, w, y, m, k)) {  // decode: the weight-streaming kernel
-    gemv_bf16(x, w, y, m, n, k, y_f32, bias, s, gemv_config_);
-    return;
-  }
+  const bool gemv_fits = m <= gemv_max_rows_ && gemv_supported(x, w, y, m, k);
   const uint32_t align[4] = {alignment(x), alignment(w), alignment(y), bias ? alignment(bias) : 0u};
   const PlanKey key{m, n, k, y_f32, bias != nullptr, align[0], align[1], align[2], align[3]};
   auto it = state_->plans.find(key);
@@ -185,10 +202,16 @@ void Gemm::bf16(const void* x, const void* w, void* y, int64_t m, int64_t n, int
                "bias pointer", m, n, k);
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     LS_CUDA_CHECK(cudaStreamIsCapturing(s, &capturing));
-    if (autotune_ && fresh.candidates.size() > 1 && capturing == cudaStreamCaptureStatusNone)
-      fresh.algo = state_->fastest(fresh, x, w, y, m, n, k, s);
+    fresh.use_gemv = gemv_fits;  // untuned: the skinny kernel wherever it applies
+    if (autotune_ && capturing == cudaStreamCaptureStatusNone && (fresh.candidates.size() > 1 || gemv_fits))
+      state_->autotune(fresh, x, w, y, m, n, k, y_f32, bias,
+                       gemv_fits ? std::optional<GemvConfig>(gemv_config_) : std::nullopt, s);
   }
   Plan& plan = *it->second;
+  if (plan.use_gemv && gemv_fits) {  // decode: the weight-streaming kernel
+    gemv_bf16(x, w, y, m, n, k, y_f32, bias, s, gemv_config_);
+    return;
+  }
   if (plan.bias_epilogue)
     check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
              "bias pointer", m, n, k);

@@ -37,12 +37,14 @@ class Gemm {
 
   size_t n_cached_plans() const;
 
-  // m <= this many rows (and aligned, k % 8 == 0): the skinny kernel of gemv.h instead of
-  // cuBLASLt (0 = cuBLASLt always). Decode steps are these shapes.
+  // m <= this many rows (and aligned, k % 8 == 0): the skinny kernel of gemv.h may run instead
+  // of cuBLASLt (0 = cuBLASLt always): always without autotune, where it times fastest with
+  // it. Decode steps are these shapes.
   void set_gemv_max_rows(int rows) { gemv_max_rows_ = rows; }
   void set_gemv_config(GemvConfig config) { gemv_config_ = config; }
-  // Autotune: a new shape times cuBLASLt's top heuristic candidates on the real operands
-  // (outside graph capture) and keeps the fastest, instead of taking the first.
+  // Autotune: a new shape times cuBLASLt's top heuristic candidates and the gemv kernel (where
+  // it applies) on the real operands, from a flushed L2 (outside graph capture), and keeps the
+  // fastest, instead of cuBLASLt's first.
   void set_autotune(bool on) { autotune_ = on; }
 
  private:

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernel_error.h"
+#include "backend/cuda/pdl_launch.cuh"
 
 namespace latentserve::cuda {
 namespace {
@@ -52,7 +53,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
       const int c = lane + u * 32;
       wv[u][r] = (row0 < n && c < k_chunks) ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
     }
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  wait_for_previous_kernel();
   if (row0 >= n) return;
 
   for (int c0 = lane; c0 < k_chunks; c0 += 32 * kUnroll) {
@@ -83,6 +84,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
       }
     }
   }
+  // Every load is done: the next kernel (a norm, RoPE, SwiGLU) may launch and wait for us. Not
+  // at the start: its CTAs would sit on the slots this grid's later waves need.
+  allow_dependent_launch();
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
@@ -102,18 +106,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
 template <int M, int R, int U, typename OutT>
 void launch_one(const void* x, const void* w, void* y, int n, int k, const void* bias, cudaStream_t s) {
   const int rows_per_cta = kWarps * R;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned((n + rows_per_cta - 1) / rows_per_cta));
-  config.blockDim = dim3(kWarps * 32);
-  config.stream = s;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;  // may start under the previous kernel's tail
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  LS_CUDA_CHECK(cudaLaunchKernelEx(&config, gemv_kernel<M, R, U, OutT>, static_cast<const uint4*>(x),
-                                   static_cast<const uint4*>(w), static_cast<OutT*>(y),
-                                   static_cast<const __nv_bfloat16*>(bias), n, k / 8));
+  launch_pdl(gemv_kernel<M, R, U, OutT>, dim3(unsigned((n + rows_per_cta - 1) / rows_per_cta)), dim3(kWarps * 32), 0, s,
+             static_cast<const uint4*>(x), static_cast<const uint4*>(w), static_cast<OutT*>(y),
+             static_cast<const __nv_bfloat16*>(bias), n, k / 8);
 }
 
 template <int M, typename OutT>

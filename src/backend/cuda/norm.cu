@@ -2,6 +2,7 @@
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernel_error.h"
+#include "backend/cuda/pdl_launch.cuh"
 
 namespace latentserve::cuda {
 namespace {
@@ -50,6 +51,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_vec_kernel(float* residual,
                                                                 const __nv_bfloat16* weight, __nv_bfloat16* out,
                                                                 int dim, float eps) {
   allow_dependent_launch();
+  wait_for_previous_kernel();
   const int n_units = dim / 8;
   float4* r = reinterpret_cast<float4*>(residual + int64_t(blockIdx.x) * dim);
   const uint4* d = kAdd ? reinterpret_cast<const uint4*>(delta + int64_t(blockIdx.x) * dim) : nullptr;
@@ -96,6 +98,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_scalar_kernel(float* residu
                                                                    const __nv_bfloat16* weight, __nv_bfloat16* out,
                                                                    int dim, float eps) {
   allow_dependent_launch();
+  wait_for_previous_kernel();
   float* r = residual + int64_t(blockIdx.x) * dim;
   const __nv_bfloat16* d = kAdd ? delta + int64_t(blockIdx.x) * dim : nullptr;
   float sum = 0.0f;
@@ -118,6 +121,8 @@ template <int kUnits>
 __global__ void __launch_bounds__(32 * kHeadWarps) rms_norm_heads_vec_kernel(__nv_bfloat16* x, int64_t row_stride,
                                                                              int n_heads, int head_dim,
                                                                              const __nv_bfloat16* weight, float eps) {
+  allow_dependent_launch();
+  wait_for_previous_kernel();
   const int head = blockIdx.y * kHeadWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (head >= n_heads) return;
   uint2* h = reinterpret_cast<uint2*>(x + int64_t(blockIdx.x) * row_stride + int64_t(head) * head_dim);
@@ -156,6 +161,8 @@ __global__ void __launch_bounds__(32 * kHeadWarps) rms_norm_heads_vec_kernel(__n
 __global__ void __launch_bounds__(32 * kHeadWarps) rms_norm_heads_scalar_kernel(__nv_bfloat16* x, int64_t row_stride,
                                                                                 int n_heads, int head_dim,
                                                                                 const __nv_bfloat16* weight, float eps) {
+  allow_dependent_launch();
+  wait_for_previous_kernel();
   const int head = blockIdx.y * kHeadWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   if (head >= n_heads) return;
   __nv_bfloat16* h = x + int64_t(blockIdx.x) * row_stride + int64_t(head) * head_dim;
@@ -191,15 +198,15 @@ void launch(const char* name, float* residual, const void* delta, const void* we
   const bool vec = dim % 8 == 0 && aligned16(residual) && aligned16(weight) && aligned16(out) &&
                    (!kAdd || aligned16(delta)) && n_units <= 8 * kThreads;
   if (!vec)
-    rms_norm_scalar_kernel<kAdd><<<n_rows, kThreads, 0, s>>>(residual, d, w, o, dim, eps);
+    launch_pdl(rms_norm_scalar_kernel<kAdd>, dim3(n_rows), dim3(kThreads), 0, s, residual, d, w, o, dim, eps);
   else if (n_units <= kThreads)
-    rms_norm_vec_kernel<kAdd, 1><<<n_rows, kThreads, 0, s>>>(residual, d, w, o, dim, eps);
+    launch_pdl(rms_norm_vec_kernel<kAdd, 1>, dim3(n_rows), dim3(kThreads), 0, s, residual, d, w, o, dim, eps);
   else if (n_units <= 2 * kThreads)
-    rms_norm_vec_kernel<kAdd, 2><<<n_rows, kThreads, 0, s>>>(residual, d, w, o, dim, eps);
+    launch_pdl(rms_norm_vec_kernel<kAdd, 2>, dim3(n_rows), dim3(kThreads), 0, s, residual, d, w, o, dim, eps);
   else if (n_units <= 4 * kThreads)
-    rms_norm_vec_kernel<kAdd, 4><<<n_rows, kThreads, 0, s>>>(residual, d, w, o, dim, eps);
+    launch_pdl(rms_norm_vec_kernel<kAdd, 4>, dim3(n_rows), dim3(kThreads), 0, s, residual, d, w, o, dim, eps);
   else
-    rms_norm_vec_kernel<kAdd, 8><<<n_rows, kThreads, 0, s>>>(residual, d, w, o, dim, eps);
+    launch_pdl(rms_norm_vec_kernel<kAdd, 8>, dim3(n_rows), dim3(kThreads), 0, s, residual, d, w, o, dim, eps);
   LS_CUDA_CHECK_LAUNCH(name);
 }
 
@@ -242,13 +249,13 @@ void rms_norm_heads_inplace(void* x, int64_t row_stride, int n_rows, int n_heads
   const bool vec = head_dim % 4 == 0 && row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0 &&
                    reinterpret_cast<uintptr_t>(weight) % 8 == 0 && n_units <= 4 * 32;
   if (!vec)
-    rms_norm_heads_scalar_kernel<<<grid, 32 * kHeadWarps, 0, s>>>(h, row_stride, n_heads, head_dim, w, eps);
+    launch_pdl(rms_norm_heads_scalar_kernel, dim3(grid), dim3(32 * kHeadWarps), 0, s, h, row_stride, n_heads, head_dim, w, eps);
   else if (n_units <= 32)
-    rms_norm_heads_vec_kernel<1><<<grid, 32 * kHeadWarps, 0, s>>>(h, row_stride, n_heads, head_dim, w, eps);
+    launch_pdl(rms_norm_heads_vec_kernel<1>, dim3(grid), dim3(32 * kHeadWarps), 0, s, h, row_stride, n_heads, head_dim, w, eps);
   else if (n_units <= 64)
-    rms_norm_heads_vec_kernel<2><<<grid, 32 * kHeadWarps, 0, s>>>(h, row_stride, n_heads, head_dim, w, eps);
+    launch_pdl(rms_norm_heads_vec_kernel<2>, dim3(grid), dim3(32 * kHeadWarps), 0, s, h, row_stride, n_heads, head_dim, w, eps);
   else
-    rms_norm_heads_vec_kernel<4><<<grid, 32 * kHeadWarps, 0, s>>>(h, row_stride, n_heads, head_dim, w, eps);
+    launch_pdl(rms_norm_heads_vec_kernel<4>, dim3(grid), dim3(32 * kHeadWarps), 0, s, h, row_stride, n_heads, head_dim, w, eps);
   LS_CUDA_CHECK_LAUNCH("rms_norm_heads_kernel");
 }
 

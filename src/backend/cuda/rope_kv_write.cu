@@ -4,6 +4,7 @@
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernel_error.h"
+#include "backend/cuda/pdl_launch.cuh"
 
 namespace latentserve::cuda {
 namespace {
@@ -66,6 +67,8 @@ struct Store {
 // stores the k pass-through part and v of the KV heads h = y, y + gridDim.y, ...; the two sets
 // of elements are disjoint, so the CTAs of a token need no ordering between them.
 __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeKvWriteParams p) {
+  allow_dependent_launch();  // the attention kernel may launch and stage what does not depend on us
+  wait_for_previous_kernel();
   __shared__ float cos_t[kRopeMaxHeadDim / 2], sin_t[kRopeMaxHeadDim / 2];
   const int t = blockIdx.x;
   __nv_bfloat16* row = static_cast<__nv_bfloat16*>(p.qkv) + int64_t(t) * p.qkv_token_stride;
@@ -239,7 +242,7 @@ void rope_and_write_kv(const RopeKvWriteParams& p, cudaStream_t s) {
   validate("rope_and_write_kv", p);
   if (p.n_tokens == 0 || (!p.apply_rope && !p.write_kv)) return;
   const unsigned head_ctas = unsigned((p.n_head + p.n_head_kv + kHeadsPerCta - 1) / kHeadsPerCta);
-  rope_kv_write_kernel<<<dim3(unsigned(p.n_tokens), head_ctas), kThreads, 0, s>>>(p);
+  launch_pdl(rope_kv_write_kernel, dim3(unsigned(p.n_tokens), head_ctas), dim3(kThreads), 0, s, p);
   LS_CUDA_CHECK_LAUNCH("rope_kv_write_kernel");
 }
 

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernel_error.h"
+#include "backend/cuda/pdl_launch.cuh"
 
 namespace latentserve::cuda {
 namespace {
@@ -78,6 +79,7 @@ __device__ int row_argmax(const float* row, int vocab) {
 }
 
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* logits, int vocab, int32_t* out) {
+  wait_for_previous_kernel();  // launched under the LM head's tail
   const int best = row_argmax(logits + int64_t(blockIdx.x) * vocab, vocab);
   if (threadIdx.x == 0) out[blockIdx.x] = best;
 }
@@ -484,7 +486,7 @@ void argmax_rows(const float* logits, int n_rows, int vocab, int32_t* out, cudaS
   if (n_rows < 0) kernel_fail("argmax_rows: n_rows must be >= 0, found ", n_rows);
   if (vocab <= 0) kernel_fail("argmax_rows: vocab must be > 0, found ", vocab);
   if (n_rows == 0) return;
-  argmax_kernel<<<n_rows, kArgmaxThreads, 0, s>>>(logits, vocab, out);
+  launch_pdl(argmax_kernel, dim3(n_rows), dim3(kArgmaxThreads), 0, s, logits, vocab, out);
   LS_CUDA_CHECK_LAUNCH("argmax_kernel");
 }
 

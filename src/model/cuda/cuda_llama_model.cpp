@@ -1,7 +1,9 @@
 #include "model/cuda/cuda_llama_model.h"
 
 #include <algorithm>
+#include <string_view>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <utility>
 
@@ -77,9 +79,16 @@ class CudaLlamaModel final : public CausalLM {
       fail("dynamic NTK RoPE is not implemented on cuda (its tables change with each sequence's length): use --device cpu");
     spec_ = AttentionSpec::standard(c.n_head, c.n_head_kv, c.head_dim, c.head_dim);
     gemm_ = std::make_unique<cuda::Gemm>();
-    // Benchmarking knob (docs/cuda-backend.md): rows up to which decode GEMMs take the gemv
-    // kernel instead of cuBLASLt (0 = cuBLASLt always).
+    // Benchmarking knobs (docs/cuda-backend.md): rows up to which decode GEMMs take the gemv
+    // kernel instead of cuBLASLt (0 = cuBLASLt always), and which gemv configuration.
     if (const char* rows = std::getenv("LATENTSERVE_CUDA_GEMV_ROWS")) gemm_->set_gemv_max_rows(std::atoi(rows));
+    if (const char* name = std::getenv("LATENTSERVE_CUDA_GEMV_CONFIG")) {
+      const auto* found = std::find_if(std::begin(cuda::kGemvConfigs), std::end(cuda::kGemvConfigs),
+                                       [&](cuda::GemvConfig g) { return std::string_view(name) == cuda::gemv_config_name(g); });
+      if (found == std::end(cuda::kGemvConfigs))
+        fail("LATENTSERVE_CUDA_GEMV_CONFIG='{}' names no gemv configuration (r4u4, r4u8, r2u8, r1u8)", name);
+      gemm_->set_gemv_config(*found);
+    }
     load_weights(*weights);
     weights.reset();  // every tensor is on the device now; drop the mmapped checkpoint
     const RopeTables rope = compute_rope_tables(c.rope, c.head_dim, c.max_position_embeddings, c.max_position_embeddings);
@@ -135,15 +144,64 @@ class CudaLlamaModel final : public CausalLM {
     device_.synchronize();
   }
 
-  void forward_greedy(const ForwardBatch& batch, KvCacheMemory& kv, int32_t* next_tokens) override {
-    const int64_t n_out = run(batch, cuda::as_cuda_kv_cache(kv));
-    if (n_out == 0) return;
+  void forward_choose(const ForwardBatch& batch, KvCacheMemory& kv, std::span<const TokenChoice> choices,
+                      int32_t* next_tokens) override {
+    const int64_t n_out = int64_t(batch.logits_indices.size());
+    if (!choices.empty() && int64_t(choices.size()) != n_out)
+      fail("forward_choose: {} token choices for {} logits rows", choices.size(), n_out);
+    if (run(batch, cuda::as_cuda_kv_cache(kv)) == 0) return;
+    // run() ends with the argmax of every row; rows that sample overwrite it here.
+    const bool sampled = std::any_of(choices.begin(), choices.end(), [](const TokenChoice& c) { return c.temperature > 0; });
+    if (sampled) sample_on_device(choices);
     LS_CUDA_CHECK(cudaMemcpyAsync(next_tokens, buffers_.next_tokens(), size_t(n_out) * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, stream_));
+    int invalid = 0;
+    if (sampled)
+      LS_CUDA_CHECK(cudaMemcpyAsync(&invalid, choice_device_.as<char>() + choice_flag_offset_, sizeof(int),
+                                    cudaMemcpyDeviceToHost, stream_));
     device_.synchronize();
+    if (invalid) fail("token sampling on cuda: a logits row holds NaN or no logit above -inf");
   }
 
  private:
+  // The per-row parameters of cuda::sample_rows, uploaded in one copy:
+  // [u f64 | temperature f32 | top_p f32 | min_p f32 | top_k i32 | invalid flag i32].
+  void sample_on_device(std::span<const TokenChoice> choices) {
+    const size_t n = choices.size();
+    const size_t u_at = 0, temp_at = 8 * n, top_p_at = temp_at + 4 * n, min_p_at = top_p_at + 4 * n,
+                 top_k_at = min_p_at + 4 * n, flag_at = top_k_at + 4 * n, bytes = flag_at + 4;
+    choice_host_.assign(bytes, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const TokenChoice& c = choices[i];
+      std::memcpy(&choice_host_[u_at + 8 * i], &c.uniform, 8);
+      std::memcpy(&choice_host_[temp_at + 4 * i], &c.temperature, 4);
+      std::memcpy(&choice_host_[top_p_at + 4 * i], &c.top_p, 4);
+      std::memcpy(&choice_host_[min_p_at + 4 * i], &c.min_p, 4);
+      std::memcpy(&choice_host_[top_k_at + 4 * i], &c.top_k, 4);
+    }
+    if (choice_device_.bytes() < bytes) choice_device_ = DeviceBuffer(bytes);
+    choice_flag_offset_ = flag_at;
+    char* d = choice_device_.as<char>();
+    LS_CUDA_CHECK(cudaMemcpyAsync(d, choice_host_.data(), bytes, cudaMemcpyHostToDevice, stream_));
+    const int vocab = int(config_.vocab_size);
+    const size_t ws = cuda::sample_rows_workspace_bytes(int(n), vocab);
+    if (sample_workspace_.bytes() < ws) sample_workspace_ = DeviceBuffer(ws);
+    cuda::SampleRowsParams p{};
+    p.logits = buffers_.logits();
+    p.n_rows = int(n);
+    p.vocab = vocab;
+    p.temperature = reinterpret_cast<const float*>(d + temp_at);
+    p.top_k = reinterpret_cast<const int32_t*>(d + top_k_at);
+    p.top_p = reinterpret_cast<const float*>(d + top_p_at);
+    p.min_p = reinterpret_cast<const float*>(d + min_p_at);
+    p.uniform_f64 = reinterpret_cast<const double*>(d + u_at);
+    p.out = buffers_.next_tokens();
+    p.workspace = ws ? sample_workspace_.data() : nullptr;
+    p.workspace_bytes = ws;
+    p.invalid_row_flag = reinterpret_cast<int*>(d + flag_at);
+    cuda::sample_rows(p, stream_);
+  }
+
   cuda::ModelDims shape_of_config() const {
     const ModelConfig& c = config_;
     return {c.hidden_size, c.intermediate_size, c.n_head, c.n_head_kv, c.head_dim, c.vocab_size};
@@ -390,6 +448,9 @@ class CudaLlamaModel final : public CausalLM {
   std::unique_ptr<cuda::Gemm> gemm_;
   DeviceBuffer embed_, lm_head_, final_norm_, inv_freq_;
   DeviceBuffer amax_scratch_;  // FP8 calibration: [2 * n_head_kv] amax bits
+  DeviceBuffer choice_device_, sample_workspace_;  // sample_on_device's parameters and sample_rows' workspace
+  std::vector<char> choice_host_;
+  size_t choice_flag_offset_ = 0;
   std::vector<DeviceLayer> layers_;
   int64_t rotary_dim_ = 0;
   float attention_factor_ = 1.0f;
