@@ -116,6 +116,9 @@ std::vector<Variant> all_variants() {
   add(K::Base, 264, 0, "base_ctas264");
   add(K::Fused, 264, 0, "fused_ctas264");
   add(K::Fused, 1056, 0, "fused_ctas1056");
+  add(K::Fused, 132, 0, "fused_ctas132");  // one CTA per SM: small batches
+  add(K::Fused, 0, 256, "fused_chunk256");
+  add(K::Fused, 0, 512, "fused_chunk512");
   add(K::FusedW8, 264, 0, "fused_w8_ctas264");
   add(K::FusedStagesFp8Mixed, 264, 0, "fused_stages_fp8mixed_ctas264");
   return v;
@@ -275,13 +278,22 @@ std::vector<Row> run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int
 int main(int argc, char** argv) {
   bool quick = false, list = false;
   std::string json_path, only;
+  std::vector<int> batch_list, context_list;
+  const auto int_list = [](const char* text) {
+    std::vector<int> out;
+    std::stringstream in(text);
+    for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoi(item));
+    return out;
+  };
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--list")) list = true;
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch_list = int_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--context") && i + 1 < argc) context_list = int_list(argv[++i]);
     else {
-      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--list]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--batch 1,16] [--context 1024,4096] [--list]\n", argv[0]);
       return 2;
     }
   }
@@ -313,8 +325,10 @@ int main(int argc, char** argv) {
     fmt::print("read roof (read_only_pass, 4 GiB, median of 20): {:.3f} TB/s\n\n", roof * 1e-12);
 
     const std::vector<Kind> kinds = {{"MHA", 32}, {"GQA-8", 8}, {"MQA", 1}};
-    const std::vector<int> batches = quick ? std::vector<int>{16, 64} : std::vector<int>{1, 16, 64, 128};
-    const std::vector<int> contexts = {4096, 16384};
+    std::vector<int> batches = quick ? std::vector<int>{16, 64} : std::vector<int>{1, 16, 64, 128};
+    std::vector<int> contexts = {4096, 16384};
+    if (!batch_list.empty()) batches = batch_list;
+    if (!context_list.empty()) contexts = context_list;
 
     // one pool for every shape: the largest K (or V) that a shape (or its replicas) needs
     size_t pool_bytes = 0;

@@ -65,7 +65,7 @@ fi
 if has ncu; then  # per-kernel GPU time of one decode step (tools/ncu_step_breakdown.py)
   NCU=$(command -v ncu || find / -name ncu -type f -path '*nsight-compute*' 2>/dev/null | head -1)
   timeout ${NCU_TIMEOUT:-240} $NCU --clock-control none --graph-profiling node --metrics gpu__time_duration.sum --csv \
-    --log-file /tmp/ncu.csv $BIN/latentserve bench decode --device cuda --synthetic llama3-8b --attention gqa8 \
+    --log-file /tmp/ncu.csv $BIN/latentserve bench decode --device cuda --synthetic llama3-8b --attention ${NCU_ATTENTION:-gqa8} \
     --batch ${NCU_BATCH:-1} --context ${NCU_CONTEXT:-1024} --steps 1 --warmup 1 --json /tmp/ncu_bench.json > /tmp/ncu_run.log 2>&1
   tail -3 /tmp/ncu_run.log
   python3 tools/ncu_step_breakdown.py /tmp/ncu.csv | tee "$OUT/ncu_step.txt"
