@@ -50,6 +50,14 @@ struct BenchArgs {
   int threads = 0;
 };
 
+// The --attention name of a checkpoint's attention: mla, mha, mqa or gqaN.
+std::string attention_label(const AttentionSpec& a) {
+  if (a.kind == AttentionKind::MLA) return "mla";
+  if (a.n_head_kv == a.n_head) return "mha";
+  if (a.n_head_kv == 1) return "mqa";
+  return "gqa" + std::to_string(a.n_head / a.n_head_kv);
+}
+
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream in(text);
@@ -268,10 +276,15 @@ void write_plot(const nlohmann::json& rows, const std::string& png, const std::s
 
 int run_bench_decode(const BenchArgs& a) {
   if (a.steps <= 0) fail("--steps must be at least 1, got {}", a.steps);
-  const perf::ModelShape backbone = perf::model_preset(a.synthetic, "--synthetic");
-  const auto kinds = split(a.attention);
+  // --model DIR: that checkpoint's own weights and attention; else the synthetic backbone in
+  // each --attention kind.
+  const bool from_checkpoint = !a.model_dir.empty();
+  const perf::ModelShape backbone = from_checkpoint ? perf::shape_from_model_dir(a.model_dir)
+                                                    : perf::model_preset(a.synthetic, "--synthetic");
+  const auto kinds = from_checkpoint ? std::vector<std::string>{attention_label(backbone.attention)} : split(a.attention);
   if (kinds.empty()) fail("--attention: the list is empty");
-  for (const auto& k : kinds) perf::with_attention(backbone, k, "--attention");  // validate before measuring
+  if (!from_checkpoint)
+    for (const auto& k : kinds) perf::with_attention(backbone, k, "--attention");  // validate before measuring
   const auto batches = positive_list(a.batch, "--batch"), contexts = positive_list(a.context, "--context");
   if (a.warmup < 0) fail("--warmup must be >= 0, got {}", a.warmup);
   if (!is_supported_block_size(a.block_size)) fail("--block-size must be 16, 32, 64 or 128, got {}", a.block_size);
@@ -316,11 +329,12 @@ int run_bench_decode(const BenchArgs& a) {
     fmt::print("  read bandwidth {:.2f} GB/s, sgemm {:.1f} GFLOP/s, memory {}\n", cpu.memory_bandwidth_bytes_per_s / 1e9,
                cpu.peak_flops_per_s / 1e9, perf::format_bytes(double(cpu.memory_bytes)));
   }
-  fmt::print("backbone {} ({} layers, hidden {}, {} heads x {}), bf16 weights, {} KV cache, "
+  fmt::print("{} {} ({} layers, hidden {}, {} heads x {}), {} weights, {} KV cache, "
              "context filled by {}, {} timed steps after {} warm-up{}\n\n",
-             backbone.name, backbone.n_layer, backbone.hidden_size, backbone.attention.n_head,
-             backbone.attention.head_dim_qk, cpu::kv_cache_dtype_name(kv_dtype), a.fill, a.steps, a.warmup,
-             on_gpu ? ", CUDA graphs for decode" : "");
+             from_checkpoint ? "checkpoint" : "backbone", from_checkpoint ? a.model_dir : backbone.name,
+             backbone.n_layer, backbone.hidden_size, backbone.attention.n_head, backbone.attention.head_dim_qk,
+             from_checkpoint ? dtype_name(backbone.weight_dtype) : "bf16", cpu::kv_cache_dtype_name(kv_dtype), a.fill,
+             a.steps, a.warmup, on_gpu ? ", CUDA graphs for decode" : "");
   fmt::print("{:<6} {:>6} {:>8} {:>12} {:>12} {:>8} {:>10} {:>10} {:>8}\n", "attn", "batch", "context",
              "measured ms", "floor ms", "ratio", "weights MB", "KV MB", "bound");
 
@@ -330,19 +344,26 @@ int run_bench_decode(const BenchArgs& a) {
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((int64_t(i) * 7919 + 13) % backbone.vocab_size);
 
   for (const auto& kind : kinds) {
-    perf::ModelShape shape = perf::with_attention(backbone, kind, "--attention");
-    shape.weight_dtype = DType::BF16;
+    perf::ModelShape shape = backbone;
+    if (!from_checkpoint) {
+      shape = perf::with_attention(backbone, kind, "--attention");
+      shape.weight_dtype = DType::BF16;
+    }
     const perf::TpKvLayout layout = perf::tp_kv_layout(shape.attention, shape.n_layer, kv_dtype, 1);
     const bool is_mla = shape.attention.kind == AttentionKind::MLA;
     const bool runnable = !(is_mla && on_gpu);  // MLA runs on the CPU engine only (no CUDA MLA kernels yet)
     std::unique_ptr<CausalLM> model;
     SourceKv source;
     if (runnable) {
-      const ModelConfig config =
-          ModelConfig::from_json(nlohmann::json::parse(perf::preset_config_json(shape)), shape.name);
       ModelOptions options;
       options.device = a.device;
-      model = build_causal_lm(config, std::make_unique<SyntheticWeights>(DType::BF16, 1234), pool, options);
+      if (from_checkpoint) {
+        model = load_causal_lm(a.model_dir, pool, options);
+      } else {
+        const ModelConfig config =
+            ModelConfig::from_json(nlohmann::json::parse(perf::preset_config_json(shape)), shape.name);
+        model = build_causal_lm(config, std::make_unique<SyntheticWeights>(DType::BF16, 1234), pool, options);
+      }
       // Cached floats per token and layer: K (and as many V) rows, or MLA's one latent row.
       const int64_t row = is_mla ? shape.attention.kv_lora_rank + shape.attention.qk_rope_head_dim
                                  : shape.attention.n_head_kv * shape.attention.head_dim_qk;
@@ -394,7 +415,8 @@ int run_bench_decode(const BenchArgs& a) {
   }
   const nlohmann::json out = {
       {"machine", machine_json}, {"device", a.device},
-      {"backbone", backbone.name}, {"weight_dtype", "bf16"}, {"kv_cache_dtype", cpu::kv_cache_dtype_name(kv_dtype)}, {"fill", a.fill},
+      {"backbone", from_checkpoint ? a.model_dir : backbone.name},
+      {"weight_dtype", from_checkpoint ? std::string(dtype_name(backbone.weight_dtype)) : "bf16"}, {"kv_cache_dtype", cpu::kv_cache_dtype_name(kv_dtype)}, {"fill", a.fill},
       {"steps", a.steps}, {"warmup", a.warmup}, {"block_size_tokens", a.block_size}, {"rows", rows}};
   std::ofstream(a.json_path) << out.dump(2) << "\n";
   if (!a.plot.empty()) write_plot(rows, a.plot, machine);
@@ -411,8 +433,11 @@ Command add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "benchmarks that print measured figures next to the performance model");
   cmd->require_subcommand(1);
   auto* decode = cmd->add_subcommand("decode", "measured decode TPOT per attention kind vs the predicted floor (cpu or cuda)");
-  decode->add_option("--synthetic", a->synthetic, "preset backbone built with random bf16 weights (default tiny-bench)");
-  decode->add_option("--attention", a->attention, "comma-separated: mha, gqaN, mqa, mla (mla: a dense DeepSeek-V2 layout of the backbone; CPU only)");
+  auto* synthetic = decode->add_option("--synthetic", a->synthetic, "preset backbone built with random bf16 weights (default tiny-bench)");
+  auto* attention = decode->add_option("--attention", a->attention, "comma-separated: mha, gqaN, mqa, mla (mla: a dense DeepSeek-V2 layout of the backbone; CPU only)");
+  decode->add_option("--model", a->model_dir, "a Hugging Face checkpoint folder instead: its own weights and attention")
+      ->excludes(synthetic)
+      ->excludes(attention);
   decode->add_option("--batch", a->batch, "comma-separated batch sizes");
   decode->add_option("--context", a->context, "comma-separated context lengths (tokens cached per sequence)");
   decode->add_option("--steps", a->steps, "timed decode steps per point");

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -108,6 +109,8 @@ TEST(BenchCli, BadFlagsNameTheFlagBeforeMeasuring) {
       {"bench decode --context 1024,x", "--context"},
       {"bench decode --fill zeros", "--fill"},
       {"bench decode --steps 0", "--steps"},
+      {"bench decode --model tests/fixtures/llama_gqa_bf16 --attention mha", "--attention"},
+      {"bench decode --model /no/such/checkpoint", "/no/such/checkpoint"},
   };
   for (const auto& [args, flag] : cases) {
     Output out = run(args);
@@ -115,6 +118,41 @@ TEST(BenchCli, BadFlagsNameTheFlagBeforeMeasuring) {
     EXPECT_NE(out.text.find(flag), std::string::npos) << args << "\n" << out.text;
     EXPECT_EQ(out.text.find("measuring"), std::string::npos) << args;  // failed before the probes
   }
+}
+
+// --model DIR measures that checkpoint: its own attention kind, and a floor over the bytes of
+// every tensor a decode step reads (all of model.safetensors but the embedding table, which a
+// step reads a row of), both read here from config.json and the safetensors header.
+TEST(BenchCli, ModelDirMeasuresThatCheckpoint) {
+  const std::filesystem::path dir = std::filesystem::path(LATENTSERVE_FIXTURES_DIR) / "llama_gqa_bf16";
+  const std::string json_path = (std::filesystem::temp_directory_path() / "bench_model_dir_test.json").string();
+  Output out = run("bench decode --model " + dir.string() + " --batch 1,2 --context 40 --steps 2 --warmup 1 --json " +
+                   json_path);
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  std::ifstream config_in(dir / "config.json");
+  const auto config = nlohmann::json::parse(config_in);
+  const int group = config["num_attention_heads"].get<int>() / config["num_key_value_heads"].get<int>();
+  std::ifstream st(dir / "model.safetensors", std::ios::binary);
+  uint64_t header_bytes = 0;
+  st.read(reinterpret_cast<char*>(&header_bytes), 8);
+  std::string header(header_bytes, '\0');
+  st.read(header.data(), std::streamsize(header_bytes));
+  double read_per_step = 0;
+  const auto tensors = nlohmann::json::parse(header);
+  for (const auto& [name, t] : tensors.items())
+    if (name != "__metadata__" && name != "model.embed_tokens.weight")
+      read_per_step += double(t["data_offsets"][1].get<int64_t>() - t["data_offsets"][0].get<int64_t>());
+  std::ifstream result_in(json_path);
+  const auto result = nlohmann::json::parse(result_in);
+  ASSERT_EQ(result["rows"].size(), 2u);
+  for (const auto& row : result["rows"]) {
+    EXPECT_EQ(row["attention"], "gqa" + std::to_string(group));
+    EXPECT_DOUBLE_EQ(row["weight_bytes"].get<double>(), read_per_step);
+    EXPECT_GT(row["measured_tpot_ms"].get<double>(), 0.0);
+    EXPECT_EQ(row["context_tokens"], 40);
+  }
+  EXPECT_EQ(result["weight_dtype"], "BF16");
+  std::filesystem::remove(json_path);
 }
 
 }  // namespace
