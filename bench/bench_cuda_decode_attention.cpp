@@ -166,6 +166,17 @@ double read_roof_bytes_per_s(cudaStream_t s) {
 
 // One shape: its block tables (one per replica), lengths, q, out, workspace (sized for every
 // variant); then each variant timed, and its output compared with the first (Base) variant's.
+// --pow2-bound: size the grid as the model does, for the power of two >= max(context, 512)
+// (its graphs serve every length up to it), instead of for the context itself.
+bool g_pow2_bound = false;
+
+int grid_bound(int context) {
+  if (!g_pow2_bound) return context;
+  int b = 512;
+  while (b < context) b *= 2;
+  return b;
+}
+
 std::vector<Row> run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int context,
                            const std::vector<Variant>& variants, DeviceBuffer& k_pool, DeviceBuffer& v_pool,
                            double roof, cudaStream_t s, std::mt19937& rng) {
@@ -196,7 +207,7 @@ std::vector<Row> run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int
   cuda::fill_uniform_bf16(q.data(), int64_t(batch) * q_stride, 0.f, 1.f, 7, s);
   size_t ws_bytes = 0;
   for (const Variant& v : variants)
-    ws_bytes = std::max(ws_bytes, cuda::paged_decode_workspace_bytes(batch, kNHead, kHeadDim, context, v.tuning));
+    ws_bytes = std::max(ws_bytes, cuda::paged_decode_workspace_bytes(batch, kNHead, kHeadDim, grid_bound(context), v.tuning));
   DeviceBuffer ws(ws_bytes);
   cuda::paged_decode_workspace_init(ws.data(), ws.bytes(), batch, kNHead, s);  // the fused variants' counters
   DeviceBuffer scales(2 * sizeof(float));
@@ -223,7 +234,7 @@ std::vector<Row> run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int
   p.n_head_kv = kind.n_head_kv;
   p.head_dim = kHeadDim;
   p.softmax_scale = 1.f / std::sqrt(float(kHeadDim));
-  p.max_seq_len_bound = context;
+  p.max_seq_len_bound = grid_bound(context);
   p.workspace = ws.data();
   p.workspace_bytes = ws.bytes();
 
@@ -247,7 +258,7 @@ std::vector<Row> run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int
     if (base_out.empty()) base_out = got;
 
     const cuda::PagedDecodePlan plan =
-        cuda::paged_decode_plan(batch, kNHead, kind.n_head_kv, kHeadDim, dtype, context, v.tuning);
+        cuda::paged_decode_plan(batch, kNHead, kind.n_head_kv, kHeadDim, dtype, grid_bound(context), v.tuning);
     Row row;
     row.variant = v.label;
     row.kind = kind.name;
@@ -291,9 +302,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch_list = int_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--pow2-bound")) g_pow2_bound = true;
     else if (!std::strcmp(argv[i], "--context") && i + 1 < argc) context_list = int_list(argv[++i]);
     else {
-      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--batch 1,16] [--context 1024,4096] [--list]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--batch 1,16] [--context 1024,4096] [--pow2-bound] [--list]\n", argv[0]);
       return 2;
     }
   }
