@@ -25,7 +25,9 @@ struct Shape {
 };
 
 constexpr DType kWeightDTypes[] = {DType::F32, DType::BF16, DType::F16};
-constexpr int64_t kTokenCounts[] = {1, 3, 17, 64};
+// 1..4: the GEMV's narrow tiles; 5..8: one wide pass of 2 rows x up to 8 tokens; 9, 12, 17:
+// a full wide pass plus a partial one; 64: the GEMM's range.
+constexpr int64_t kTokenCounts[] = {1, 3, 4, 5, 6, 7, 8, 9, 12, 17, 64};
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
 // Runs linear() under each option set on one (dtype, shape, n_tokens, bias) case.
@@ -73,7 +75,7 @@ TEST(Linear, OddShapesStridesAndNoBias) {
   uint32_t seed = 100;
   for (DType dtype : kWeightDTypes)
     for (const Shape& s : shapes)
-      for (int64_t n_tokens : {int64_t(1), int64_t(5)}) check_case(pool, dtype, s, n_tokens, false, seed++);
+      for (int64_t n_tokens : {int64_t(1), int64_t(5), int64_t(8)}) check_case(pool, dtype, s, n_tokens, false, seed++);
 }
 
 TEST(Linear, WeightsAtEveryAlignmentPhase) {
@@ -90,14 +92,17 @@ TEST(Linear, WeightsAtEveryAlignmentPhase) {
       TensorView w = stored.view;
       w.data = static_cast<uint8_t*>(w.data) + shift_bytes;
       w.shape = {out, in};
-      const auto x = random_floats(rng, 3 * in);
-      std::vector<double> ref(size_t(3 * out));
-      reference::linear_reference(x.data(), 3, w, nullptr, ref.data());
-      for (bool avx512 : {true, false}) {
-        auto y = poisoned(3 * out);
-        cpu::linear(x.data(), 3, w, nullptr, y.data(), pool, {kNever, cpu::GemmLibrary::OneDnn, avx512});
-        EXPECT_TRUE(all_close(y.data(), ref.data(), 3 * out, kF32KernelRelTol))
-            << dtype_name(dtype) << " shifted by " << shift_bytes << " bytes, avx512 " << avx512;
+      for (int64_t n_tok : {int64_t(3), int64_t(7)}) {  // a narrow and a wide GEMV tile
+        const auto x = random_floats(rng, n_tok * in);
+        std::vector<double> ref(size_t(n_tok * out));
+        reference::linear_reference(x.data(), n_tok, w, nullptr, ref.data());
+        for (bool avx512 : {true, false}) {
+          auto y = poisoned(n_tok * out);
+          cpu::linear(x.data(), n_tok, w, nullptr, y.data(), pool, {kNever, cpu::GemmLibrary::OneDnn, avx512});
+          EXPECT_TRUE(all_close(y.data(), ref.data(), n_tok * out, kF32KernelRelTol))
+              << dtype_name(dtype) << " shifted by " << shift_bytes << " bytes, avx512 " << avx512 << ", "
+              << n_tok << " tokens";
+        }
       }
     }
   }

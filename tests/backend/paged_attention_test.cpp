@@ -29,6 +29,7 @@ struct Case {
   int64_t n_head, n_head_kv, head_dim_qk, head_dim_v, block_size, sliding_window;
   std::vector<std::pair<int64_t, int64_t>> seqs;  // (seq_len after this step, new tokens this step)
   bool latent_row = false;  // MLA absorbed: V is the first head_dim_v elements of the K row (one cache row)
+  bool allow_avx512 = true;  // false: the AVX2 kernels on an AVX-512 machine
 };
 
 std::vector<float> random_vector(std::mt19937& rng, int64_t n) {
@@ -158,6 +159,7 @@ Errors run_case(const Case& c, uint32_t seed, const KvCacheOptions& options = {}
   p.head_dim_v = dv;
   p.softmax_scale = float(softmax_scale);
   p.sliding_window = c.sliding_window;
+  p.allow_avx512 = c.allow_avx512;
   ThreadPool pool(2);
   cpu::paged_attention(p, pool);
 
@@ -314,6 +316,27 @@ TEST(PagedAttention, LatentRowDeepSeekWidth) {
   Case c{16, 1, 576, 512, 64, 0, {{400, 1}, {129, 1}, {10, 3}}};
   c.latent_row = true;
   run_all_formats(c, 11);
+}
+
+// The gemm shape's AVX2 and AVX-512 small GEMMs (on a machine without AVX-512 both runs take
+// AVX2): 16-head chunks, a padded 10-head group, 40 heads (chunks of 16, 16, 8), the bench's
+// MQA/GQA-8 shapes and MLA's latent row, each against the reference.
+TEST(PagedAttention, GemmShapeAvx2AndAvx512) {
+  for (bool avx512 : {false, true}) {
+    SCOPED_TRACE(avx512 ? "avx512" : "avx2");
+    Case wide{40, 1, 24, 24, 32, 0, {{300, 1}, {20, 4}}};
+    Case odd{20, 2, 16, 24, 16, 0, {{260, 1}, {30, 30}}};
+    Case latent{16, 1, 576, 512, 64, 0, {{400, 1}, {129, 1}, {10, 3}}};
+    latent.latent_row = true;
+    Case mqa{16, 1, 64, 64, 16, 0, {{300, 1}, {50, 1}, {40, 9}}};
+    Case gqa8{16, 2, 64, 64, 16, 0, {{300, 1}, {50, 1}, {40, 9}}};
+    Case odd_dv{16, 1, 20, 37, 16, 0, {{130, 1}, {7, 7}}};  // V columns: 16 + 16 + 5
+    uint32_t seed = 30;
+    for (Case* c : {&wide, &odd, &latent, &mqa, &gqa8, &odd_dv}) {
+      c->allow_avx512 = avx512;
+      run_all_formats(*c, seed++);
+    }
+  }
 }
 
 TEST(PagedAttention, SlidingWindow) {

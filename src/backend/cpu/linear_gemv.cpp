@@ -1,11 +1,14 @@
 // Decode-path GEMV: y[n_tokens, out] = x[n_tokens, in] · W[out, in]ᵀ + bias.
 //
 // Memory-bound at batch 1: every weight byte is read once per call, so the kernel's job
-// is to keep the loads streaming. A tile of kTileRows weight rows is read together
-// (several independent streams and accumulator chains) and dotted with up to
-// kTileTokens activation rows per pass; for more tokens the same rows are re-read from
-// L1/L2, not from memory. Weights are widened to f32 in registers (bf16: a 16-bit
-// shift; f16: vcvtph2ps) and multiplied in f32: activations are never rounded.
+// is to keep the loads streaming. A tile of weight rows is read together (several
+// independent streams and accumulator chains) and dotted with several activation rows
+// per pass; for more tokens than a pass takes the same rows are re-read from L1/L2, not
+// from memory. AVX-512: up to 4 tokens, tiles of 4 rows; 5 and more tokens (compute-bound
+// at batch 8), tiles of 2 rows x up to 8 tokens, so each weight is widened once for 8
+// tokens, and the 16 accumulators are summed by one transposing reduction. AVX2: 4 rows
+// x 2 tokens. Weights are widened to f32 in registers (bf16: a 16-bit shift; f16:
+// vcvtph2ps) and multiplied in f32: activations are never rounded.
 //
 // Two things decide whether this runs near the memory roof (docs/cpu-kernels.md):
 //  - aligned weight loads: a checkpoint's tensors are often only 8-byte aligned, and
@@ -69,11 +72,23 @@ void pack_activations(const float* x, int64_t n_tokens, const BlockLayout& layou
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* src = x + t * layout.in;
     float* dst = xp + t * ldx;
-    std::fill(dst, dst + ldx, 0.0f);
     int64_t k0 = 0;
     for (int64_t packed = 0; k0 < layout.in; packed += layout.block) {
       const int64_t n = std::min(k0 == 0 && layout.head > 0 ? layout.head : layout.block, layout.in - k0);
-      for (int64_t j = 0; j < n; ++j) dst[packed + (even_odd ? (j % 2) * half + j / 2 : j)] = src[k0 + j];
+      if (n == layout.block && !even_odd) {
+        std::memcpy(dst + packed, src + k0, size_t(n) * sizeof(float));
+      } else if (n == layout.block) {  // 16 at a time: 8 evens to dst[g / 2 ..), 8 odds to dst[half + g / 2 ..)
+        for (int64_t g = 0; g < n; g += 16) {
+          const __m256 a = _mm256_loadu_ps(src + k0 + g), b = _mm256_loadu_ps(src + k0 + g + 8);
+          const __m256 evens = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8));
+          const __m256 odds = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8));
+          _mm256_storeu_ps(dst + packed + g / 2, evens);
+          _mm256_storeu_ps(dst + packed + half + g / 2, odds);
+        }
+      } else {  // a head or tail block, zero-padded
+        std::fill(dst + packed, dst + packed + layout.block, 0.0f);
+        for (int64_t j = 0; j < n; ++j) dst[packed + (even_odd ? (j % 2) * half + j / 2 : j)] = src[k0 + j];
+      }
       k0 += n;
     }
   }
@@ -99,8 +114,13 @@ void store_tile(const LinearProblem& p, int64_t row, int n_rows, int64_t t0, int
 struct Avx512 {
   static constexpr int64_t kBlock = 32;
   static constexpr int64_t kAlignBytes = 64;
+  // Up to kNarrowTokens tokens: 4 rows per tile (memory-bound, 4 streams). More tokens:
+  // 2 rows x up to 8 tokens per pass, so each weight is widened once for 8 tokens;
+  // 16 accumulators + 4 widened weights + 2 activation vectors fit the 32 zmm.
   static constexpr int kTileRows = 4;
-  static constexpr int kTileTokens = 4;
+  static constexpr int kNarrowTokens = 4;
+  static constexpr int kWideTileRows = 2;
+  static constexpr int kTileTokens = 8;
 
   static __mmask16 mask16(int64_t n) { return n <= 0 ? 0 : n >= 16 ? 0xffff : __mmask16((1u << n) - 1); }
 
@@ -131,26 +151,51 @@ struct Avx512 {
   }
 
   // acc[t][r] += W[r, k : k + n] · x[t, block at xk]; prefetches the same columns of
-  // the next row tile.
+  // the next row tile. The R rows are widened first, then each token's two activation
+  // vectors are loaded once and used for all R rows.
   template <int R, int T, typename W>
   static inline __attribute__((always_inline)) void accumulate(const W* w, int64_t ldw, int64_t k, int64_t n,
                                                                const float* xp, int64_t xk, int64_t ldx,
                                                                __m512 (&acc)[T][R]) {
+    __m512 wa[R], wb[R];
     for (int r = 0; r < R; ++r) {
-      __m512 wa, wb;
-      load(w + r * ldw + k, n, wa, wb);
+      load(w + r * ldw + k, n, wa[r], wb[r]);
       _mm_prefetch(reinterpret_cast<const char*>(w + (r + R) * ldw + k), _MM_HINT_T0);
-      for (int t = 0; t < T; ++t) {
-        acc[t][r] = _mm512_fmadd_ps(wa, _mm512_load_ps(xp + t * ldx + xk), acc[t][r]);
-        acc[t][r] = _mm512_fmadd_ps(wb, _mm512_load_ps(xp + t * ldx + xk + 16), acc[t][r]);
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512 xa = _mm512_load_ps(xp + t * ldx + xk);
+      const __m512 xb = _mm512_load_ps(xp + t * ldx + xk + 16);
+      for (int r = 0; r < R; ++r) {
+        acc[t][r] = _mm512_fmadd_ps(wa[r], xa, acc[t][r]);
+        acc[t][r] = _mm512_fmadd_ps(wb[r], xb, acc[t][r]);
       }
     }
+  }
+
+  // out[i] = sum of the lanes of v[i], i < 16, in 45 shuffles and adds (16 horizontal
+  // reductions would take 128). Each level halves the vectors and the partial sums per
+  // accumulator; the last level leaves v[s]'s sum in lane 4 * (s % 4) + s / 4, so the
+  // inputs go in transposed (slot 4i + j takes v[4j + i]).
+  static inline __attribute__((always_inline)) __m512 reduce16(const __m512 (&v)[16]) {
+    __m512 a[8], b[4], c[2];
+    for (int i = 0; i < 8; ++i) {  // 256-bit halves: [v.lo, u.lo] + [v.hi, u.hi]
+      const __m512 p = v[(2 * i) % 4 * 4 + (2 * i) / 4], q = v[(2 * i + 1) % 4 * 4 + (2 * i + 1) / 4];
+      a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(p, q, 0x44), _mm512_shuffle_f32x4(p, q, 0xee));
+    }
+    for (int i = 0; i < 4; ++i)  // 128-bit quarters
+      b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88),
+                           _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xdd));
+    for (int i = 0; i < 2; ++i)  // pairs within quarters
+      c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x88),
+                           _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xdd));
   }
 
   // partial[t * R + r] = W[r, :] · x[t, :] for R weight rows and T tokens.
   template <int R, int T, typename W>
   static void dot_tile(const W* w, int64_t ldw, const BlockLayout& layout, const float* xp, int64_t ldx,
                        float* partial) {
+    static_assert(R * T <= 16, "one reduce16 per tile");
     __m512 acc[T][R];
     for (int t = 0; t < T; ++t)
       for (int r = 0; r < R; ++r) acc[t][r] = _mm512_setzero_ps();
@@ -162,8 +207,16 @@ struct Avx512 {
     }
     for (; k + kBlock <= layout.in; k += kBlock, xk += kBlock) accumulate<R, T>(w, ldw, k, kBlock, xp, xk, ldx, acc);
     if (k < layout.in) accumulate<R, T>(w, ldw, k, layout.in - k, xp, xk, ldx, acc);
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r) partial[t * R + r] = _mm512_reduce_add_ps(acc[t][r]);
+    if constexpr (R * T < 8) {  // few accumulators (batch 1): horizontal sums are cheaper
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < R; ++r) partial[t * R + r] = _mm512_reduce_add_ps(acc[t][r]);
+    } else {
+      __m512 all[16];
+      for (int i = 0; i < 16; ++i) all[i] = i < R * T ? acc[i / R][i % R] : _mm512_setzero_ps();
+      alignas(64) float sums[16];
+      _mm512_store_ps(sums, reduce16(all));
+      for (int i = 0; i < R * T; ++i) partial[i] = sums[i];
+    }
   }
 };
 
@@ -177,6 +230,8 @@ struct Avx2 {
   static constexpr int64_t kBlock = 16;
   static constexpr int64_t kAlignBytes = 32;
   static constexpr int kTileRows = 4;
+  static constexpr int kNarrowTokens = 2;
+  static constexpr int kWideTileRows = 4;
   static constexpr int kTileTokens = 2;
 
   static inline void load_full(const float* w, __m256& a, __m256& b) {
@@ -248,35 +303,48 @@ struct PackedActivations {
   BlockLayout layout;
 };
 
-// Rows [row, row + R) against every token, kTileTokens tokens per pass.
+// Rows [row, row + R) against every token, kMaxT tokens per pass: kTileTokens, or
+// kNarrowTokens for tiles wider than kWideTileRows rows.
 template <typename Isa, int R, typename W>
 void row_tile(const LinearProblem& p, const W* w, const PackedActivations& x, int64_t row) {
+  constexpr int kMaxT = R > Isa::kWideTileRows ? Isa::kNarrowTokens : Isa::kTileTokens;
   const W* w_rows = w + row * p.weight_row_stride;
   const int64_t ldw = p.weight_row_stride;
-  float partial[Isa::kTileTokens * R];
-  for (int64_t t0 = 0; t0 < p.n_tokens; t0 += Isa::kTileTokens) {
-    const int n_tok = int(std::min<int64_t>(Isa::kTileTokens, p.n_tokens - t0));
+  float partial[kMaxT * R];
+  for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kMaxT) {
+    const int n_tok = int(std::min<int64_t>(kMaxT, p.n_tokens - t0));
     const float* x_tok = x.data + t0 * x.ldx;
-    static_assert(Isa::kTileTokens == 2 || Isa::kTileTokens == 4);
+    auto dot = [&]<int T>() {
+      if constexpr (T <= kMaxT) Isa::template dot_tile<R, T>(w_rows, ldw, x.layout, x_tok, x.ldx, partial);
+    };
+    static_assert(Isa::kTileTokens <= 8);
     switch (n_tok) {
-      case 1: Isa::template dot_tile<R, 1>(w_rows, ldw, x.layout, x_tok, x.ldx, partial); break;
-      case 2: Isa::template dot_tile<R, 2>(w_rows, ldw, x.layout, x_tok, x.ldx, partial); break;
-      case 3:
-        if constexpr (Isa::kTileTokens >= 3) Isa::template dot_tile<R, 3>(w_rows, ldw, x.layout, x_tok, x.ldx, partial);
-        break;
-      default:
-        if constexpr (Isa::kTileTokens >= 4) Isa::template dot_tile<R, 4>(w_rows, ldw, x.layout, x_tok, x.ldx, partial);
-        break;
+      case 1: dot.template operator()<1>(); break;
+      case 2: dot.template operator()<2>(); break;
+      case 3: dot.template operator()<3>(); break;
+      case 4: dot.template operator()<4>(); break;
+      case 5: dot.template operator()<5>(); break;
+      case 6: dot.template operator()<6>(); break;
+      case 7: dot.template operator()<7>(); break;
+      default: dot.template operator()<8>(); break;
     }
     store_tile(p, row, R, t0, n_tok, partial);
   }
 }
 
+// Up to kNarrowTokens tokens the GEMV is memory-bound and reads kTileRows rows at a
+// time; with more it is compute-bound and reads kWideTileRows rows, each widened once
+// for kTileTokens tokens.
 template <typename Isa, typename W>
 void gemv_rows(const LinearProblem& p, const PackedActivations& x, int64_t row_begin, int64_t row_end) {
   const W* w = static_cast<const W*>(p.weight);
   int64_t row = row_begin;
-  for (; row + Isa::kTileRows <= row_end; row += Isa::kTileRows) row_tile<Isa, Isa::kTileRows>(p, w, x, row);
+  if (p.n_tokens <= Isa::kNarrowTokens) {
+    for (; row + Isa::kTileRows <= row_end; row += Isa::kTileRows) row_tile<Isa, Isa::kTileRows>(p, w, x, row);
+  } else {
+    for (; row + Isa::kWideTileRows <= row_end; row += Isa::kWideTileRows)
+      row_tile<Isa, Isa::kWideTileRows>(p, w, x, row);
+  }
   for (; row < row_end; ++row) row_tile<Isa, 1>(p, w, x, row);
 }
 
@@ -293,7 +361,9 @@ void gemv_rows(const LinearProblem& p, const PackedActivations& x, int64_t row_b
 template <typename Isa>
 void gemv_isa(const LinearProblem& p, ThreadPool& pool) {
   const BlockLayout layout{p.in_features, Isa::kBlock, aligned_head(p, Isa::kBlock, Isa::kAlignBytes)};
-  const int64_t ldx = layout.packed_length();
+  // An odd number of 64-byte lines per token row: rows 4 KiB apart (in = 1024 with aligned
+  // weights) would put a block's activations for all tokens in one L1 set.
+  const int64_t ldx = layout.packed_length() + (layout.packed_length() / 16 % 2 == 0 ? 16 : 0);
   thread_local std::vector<float> packed;  // the caller's; the workers get its address
   packed.resize(size_t(p.n_tokens * ldx + 16));
   float* xp = packed.data() + (16 - reinterpret_cast<uintptr_t>(packed.data()) / 4 % 16) % 16;  // 64-byte aligned

@@ -22,7 +22,8 @@ struct LinearProblem {
 };
 
 // Threaded over output rows (chunks of whole 16-row blocks); each weight row is read
-// from memory once and dotted with every token. AVX-512 when allowed and present.
+// from memory once and dotted with every token (AVX-512: up to 8 per pass, AVX2: 2).
+// AVX-512 when allowed and present.
 void gemv(const LinearProblem& p, ThreadPool& pool, bool allow_avx512);
 
 // dst[n_rows, n_cols] f32 (contiguous) = src rows [n_rows, src_row_stride] of dtype.

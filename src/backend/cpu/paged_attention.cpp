@@ -21,6 +21,9 @@
 //     (a small GEMM with no horizontal sums); softmax vectorised across the heads.
 // Both accumulate P·V with the heads sharing each V row load (4 heads x 24 columns in
 // registers). Exponentials are 8 lanes at a time (a Cephes-style polynomial).
+// On AVX-512 machines (chosen at run time; PagedAttentionParams::allow_avx512 = false keeps
+// AVX2) the gemm shape's two small GEMMs use 16-lane vectors: a chunk of 16 heads is one
+// vector, 12 keys x 16 heads of scores in 12 accumulators, and P·V in 4 heads x 64 columns.
 #include "backend/cpu/paged_attention.h"
 
 #include <immintrin.h>
@@ -37,7 +40,7 @@ namespace latentserve::cpu {
 
 namespace {
 
-constexpr int64_t kTileKeys = 48;       // keys per online-softmax step: a multiple of 8 (rows) and 6 (gemm)
+constexpr int64_t kTileKeys = 48;       // keys per online-softmax step: a multiple of 8 (rows), 6 and 12 (gemm)
 constexpr int64_t kMinSplitKeys = 128;  // split-KV never cuts a token's keys into pieces shorter than this
 constexpr int64_t kItemsPerThread = 8;  // split-KV aims at this many items per thread
 constexpr int64_t kGemmMinGroup = 6;    // groups of at least this many query heads take the gemm shape
@@ -203,6 +206,105 @@ void accumulate_pv(float* acc, int64_t acc_stride, int64_t n_heads, const float*
     accumulate_pv_tiles<4, 3>(acc, acc_stride, n_heads, p, p_head, p_key, v, off, n, dv);
 }
 
+bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return has;
+}
+
+// ---------------------------------------------------------------------------------
+// AVX-512 versions of the gemm shape's small GEMMs (qk_block<2, 6>, accumulate_pv), the same
+// arithmetic in 16-lane vectors. Not inlined into the AVX2 code: called per block.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl")
+// GCC 12 warns that the "undefined" vectors inside its AVX-512 intrinsics are
+// uninitialised (a false positive, GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+namespace avx512 {
+
+constexpr int kQkKeys = 12;  // keys per qk_block (12 accumulators; 8 or 16 measured 5-10% slower); divides kTileKeys
+static_assert(kTileKeys % kQkKeys == 0);
+
+// st[r * kHeadChunk + lane] = Σ_d qt[d * qt_stride + lane] * k[r][off + d], r < kQkKeys, lane < 16.
+__attribute__((noinline)) void qk_block(const float* qt, int64_t qt_stride, const float* const* k, int64_t off,
+                                        int64_t dk, float* st) {
+  static_assert(kHeadChunk == 16, "one vector of heads");
+  constexpr int RJ = kQkKeys;
+  __m512 acc[RJ];
+  const float* kr[RJ];
+#pragma GCC unroll 12
+  for (int r = 0; r < RJ; ++r) {
+    kr[r] = k[r] + off;
+    acc[r] = _mm512_setzero_ps();
+  }
+  for (int64_t d = 0; d < dk; ++d) {
+    const __m512 qv = _mm512_loadu_ps(qt + d * qt_stride);
+#pragma GCC unroll 12
+    for (int r = 0; r < RJ; ++r) acc[r] = _mm512_fmadd_ps(qv, _mm512_set1_ps(kr[r][d]), acc[r]);
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < RJ; ++r) _mm512_storeu_ps(st + r * kHeadChunk, acc[r]);
+}
+
+// acc[g * acc_stride + c + i] += Σ_j p[g * p_head + j * p_key] * v[j][off + c + i], g < RG, i < 16 RV, j < n.
+template <int RG, int RV>
+inline void pv_block(float* acc, int64_t acc_stride, const float* p, int64_t p_head, int64_t p_key,
+                     const float* const* v, int64_t off, int64_t n) {
+  __m512 a[RG][RV];
+#pragma GCC unroll 4
+  for (int g = 0; g < RG; ++g)
+#pragma GCC unroll 4
+    for (int c = 0; c < RV; ++c) a[g][c] = _mm512_loadu_ps(acc + g * acc_stride + 16 * c);
+  for (int64_t j = 0; j < n; ++j) {
+    const float* vj = v[j] + off;
+    __m512 vv[RV];
+#pragma GCC unroll 4
+    for (int c = 0; c < RV; ++c) vv[c] = _mm512_loadu_ps(vj + 16 * c);
+#pragma GCC unroll 4
+    for (int g = 0; g < RG; ++g) {
+      const __m512 pb = _mm512_set1_ps(p[g * p_head + j * p_key]);
+#pragma GCC unroll 4
+      for (int c = 0; c < RV; ++c) a[g][c] = _mm512_fmadd_ps(pb, vv[c], a[g][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < RG; ++g)
+#pragma GCC unroll 4
+    for (int c = 0; c < RV; ++c) _mm512_storeu_ps(acc + g * acc_stride + 16 * c, a[g][c]);
+}
+
+// Columns [c, c + 16 RV) for every head, RG heads at a time (then one at a time).
+template <int RG, int RV>
+inline void pv_columns(float* acc, int64_t acc_stride, int64_t n_heads, const float* p, int64_t p_head, int64_t p_key,
+                       const float* const* v, int64_t off, int64_t n) {
+  int64_t g = 0;
+  for (; g + RG <= n_heads; g += RG)
+    pv_block<RG, RV>(acc + g * acc_stride, acc_stride, p + g * p_head, p_head, p_key, v, off, n);
+  for (; g < n_heads; ++g) pv_block<1, RV>(acc + g * acc_stride, acc_stride, p + g * p_head, p_head, p_key, v, off, n);
+}
+
+// As accumulate_pv below: column blocks of 64 outermost (4 heads x 4 vectors in registers),
+// then blocks of 16, then single columns.
+__attribute__((noinline)) void accumulate_pv(float* acc, int64_t acc_stride, int64_t n_heads, const float* p,
+                                             int64_t p_head, int64_t p_key, const float* const* v, int64_t off,
+                                             int64_t n, int64_t dv) {
+  int64_t c = 0;
+  for (; c + 64 <= dv; c += 64) pv_columns<4, 4>(acc + c, acc_stride, n_heads, p, p_head, p_key, v, off + c, n);
+  for (; c + 16 <= dv; c += 16) pv_columns<4, 1>(acc + c, acc_stride, n_heads, p, p_head, p_key, v, off + c, n);
+  for (; c < dv; ++c)
+    for (int64_t g = 0; g < n_heads; ++g) {
+      float s = acc[g * acc_stride + c];
+      for (int64_t j = 0; j < n; ++j) s += p[g * p_head + j * p_key] * v[j][off + c];
+      acc[g * acc_stride + c] = s;
+    }
+}
+
+}  // namespace avx512
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
 inline void scale_row(float* x, float alpha, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
 }
@@ -216,6 +318,7 @@ struct WorkItem {
 struct Layout {
   int64_t group, group_padded;  // gemm shape: the group padded to a multiple of 8
   bool gemm, v_shares_k;
+  bool avx512;  // gemm shape: the AVX-512 small GEMMs
   // Softmax state slots (max, sum, acc row): rows shape: query head hq at hq, n_head padded to
   // a multiple of 8; gemm shape: query head g of KV head h at h * group_padded + g.
   int64_t n_state;
@@ -382,21 +485,27 @@ void gemm_tile(const PagedAttentionParams& p, const Layout& L, int64_t n, Scratc
       const int64_t nv = std::min<int64_t>(2, (gp - gc) / 8);  // vectors of heads in this chunk
       float* st = s.scores.data();
       const bool prefetch = s.k_row_bytes > 0 && h == 0 && gc == 0;  // the next tile's rows, once
-      for (int64_t j = 0; j < n; j += (nv == 2 ? 6 : 8)) {
+      const bool wide = L.avx512 && nv == 2;                            // 16 heads in one vector
+      const int64_t step = wide ? avx512::kQkKeys : nv == 2 ? 6 : 8;   // keys per block; divides kTileKeys
+      for (int64_t j = 0; j < n; j += step) {
         if (prefetch)
-          for (int64_t i = j; i < std::min(s.next_n, j + (nv == 2 ? 6 : 8)); ++i) {
+          for (int64_t i = j; i < std::min(s.next_n, j + step); ++i) {
             prefetch_row(s.next_k[i], s.k_row_bytes);
             if (s.v_row_bytes > 0) prefetch_row(s.next_v[i], s.v_row_bytes);
           }
-        if (nv == 2)
+        if (wide)
+          avx512::qk_block(qt, gp, s.k_rows + j, h * dk, dk, st + j * kHeadChunk);
+        else if (nv == 2)
           qk_block<2, 6>(qt, gp, s.k_rows + j, h * dk, dk, st + j * kHeadChunk);
         else
           qk_block<1, 8>(qt, gp, s.k_rows + j, h * dk, dk, st + j * kHeadChunk);
       }
-      const int64_t state = h * gp + gc;
-      softmax_tile(st, kHeadChunk, n, nv, state, std::min(kHeadChunk, L.group - gc), dv, s);
-      accumulate_pv(&s.acc[size_t(state * dv)], dv, std::min(kHeadChunk, L.group - gc), st, 1, kHeadChunk, s.v_rows,
-                    h * dv, n, dv);
+      const int64_t state = h * gp + gc, heads = std::min(kHeadChunk, L.group - gc);
+      softmax_tile(st, kHeadChunk, n, nv, state, heads, dv, s);
+      if (L.avx512)
+        avx512::accumulate_pv(&s.acc[size_t(state * dv)], dv, heads, st, 1, kHeadChunk, s.v_rows, h * dv, n, dv);
+      else
+        accumulate_pv(&s.acc[size_t(state * dv)], dv, heads, st, 1, kHeadChunk, s.v_rows, h * dv, n, dv);
     }
 }
 
@@ -467,6 +576,7 @@ void paged_attention(const PagedAttentionParams& p, ThreadPool& pool) {
   L.group = p.n_head / p.n_head_kv;
   L.group_padded = (L.group + 7) / 8 * 8;
   L.gemm = L.group >= kGemmMinGroup;
+  L.avx512 = p.allow_avx512 && cpu_has_avx512();
   L.n_state = L.gemm ? p.n_head_kv * L.group_padded : (p.n_head + 7) / 8 * 8;
   L.v_shares_k = p.v_cache.data == p.k_cache.data && p.v_cache.row_bytes == p.k_cache.row_bytes &&
                  p.n_head_kv == 1 && p.head_dim_v <= p.head_dim_qk;

@@ -33,6 +33,7 @@ struct PagedAttentionParams {
   int64_t head_dim_v;
   float softmax_scale;
   int64_t sliding_window = 0;  // > 0: a query at position p sees keys in (p - window, p]
+  bool allow_avx512 = true;    // false: the AVX2 kernels even where the CPU has AVX-512 (tests)
 };
 
 void paged_attention(const PagedAttentionParams& p, ThreadPool& pool);
