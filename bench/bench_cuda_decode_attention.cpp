@@ -26,6 +26,7 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -341,6 +342,9 @@ int main(int argc, char** argv) {
     std::vector<int> contexts = {4096, 16384};
     if (!batch_list.empty()) batches = batch_list;
     if (!context_list.empty()) contexts = context_list;
+    for (int c : contexts)
+      if (c <= 0 || c % kBlockSize != 0)
+        throw std::runtime_error(fmt::format("--context {}: must be a positive multiple of the {}-token block", c, kBlockSize));
 
     // one pool for every shape: the largest K (or V) that a shape (or its replicas) needs
     size_t pool_bytes = 0;
