@@ -24,10 +24,11 @@ namespace latentserve {
 // and no decode token), absorbed otherwise — decode always runs absorbed.
 enum class MlaPath { Auto, Naive, Absorbed };
 
-// Crossover measured by bench_mla_decode on the 2-vCPU CPU (docs/mla.md): for one prefill
-// from scratch naive wins up to 128 tokens, absorbed from 256 (equal near 175); naive's
-// cost grows with the context already cached, so the rule uses seq_len.
-inline constexpr int64_t kMlaNaiveMaxContext = 128;
+// Crossover measured by bench_mla_decode on the 2-vCPU CPU (docs/mla.md): since the absorbed
+// path runs its per-head projections in one parallel_for, one prefill from scratch ties up to
+// 64 tokens and absorbed wins from 128 (1.27x; it was naive up to 128 before). Naive's cost
+// grows with the context already cached, so the rule uses seq_len.
+inline constexpr int64_t kMlaNaiveMaxContext = 64;
 MlaPath choose_mla_path(MlaPath requested, const AttentionMetadata& meta);
 
 struct MlaShape {
