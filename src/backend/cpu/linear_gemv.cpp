@@ -26,6 +26,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
 #include "core/bf16.h"
 #include "core/f16.h"
 
@@ -34,12 +35,6 @@ namespace {
 
 constexpr int64_t kRowBlock = 16;               // rows per unit of work handed to a thread
 constexpr int64_t kMinBytesPerChunk = 1 << 16;  // smaller problems are not split across threads
-
-bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl");
-  return has;
-}
 
 // How a row of `in` weights is cut into blocks of `block` elements: an optional head
 // of `head` (< block) elements that ends at the first aligned address, then whole

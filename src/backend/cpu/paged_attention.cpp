@@ -36,6 +36,8 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/cpu_features.h"
+
 namespace latentserve::cpu {
 
 namespace {
@@ -204,12 +206,6 @@ void accumulate_pv(float* acc, int64_t acc_stride, int64_t n_heads, const float*
     accumulate_pv_tiles<2, 4>(acc, acc_stride, n_heads, p, p_head, p_key, v, off, n, dv);
   else
     accumulate_pv_tiles<4, 3>(acc, acc_stride, n_heads, p, p_head, p_key, v, off, n, dv);
-}
-
-bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl");
-  return has;
 }
 
 // ---------------------------------------------------------------------------------
