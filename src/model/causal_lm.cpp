@@ -16,11 +16,15 @@ int64_t CausalLM::kv_block_bytes(int64_t block_size_tokens, const cpu::KvCacheOp
   return int64_t(one_block.bytes_per_token() * double(block_size_tokens) + 0.5);
 }
 
+void CausalLM::check_choices(const ForwardBatch& batch, std::span<const TokenChoice> choices) {
+  if (!choices.empty() && choices.size() != batch.logits_indices.size())
+    fail("forward_choose: {} token choices for {} logits rows", choices.size(), batch.logits_indices.size());
+}
+
 void CausalLM::forward_choose(const ForwardBatch& batch, KvCacheMemory& kv, std::span<const TokenChoice> choices,
                               int32_t* next_tokens) {
+  check_choices(batch, choices);
   const int64_t n_rows = int64_t(batch.logits_indices.size()), vocab = vocab_size();
-  if (!choices.empty() && int64_t(choices.size()) != n_rows)
-    fail("forward_choose: {} token choices for {} logits rows", choices.size(), n_rows);
   for (const TokenChoice& c : choices)
     if (c.temperature > 0)
       fail("forward_choose: a {} model takes greedy rows only (temperature 0, found {}); sample with the Sampler",

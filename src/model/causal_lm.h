@@ -61,6 +61,10 @@ class CausalLM {
   // on ties), and takes greedy rows only (the engine's Sampler samples for host models).
   virtual void forward_choose(const ForwardBatch& batch, KvCacheMemory& kv, std::span<const TokenChoice> choices,
                               int32_t* next_tokens);
+
+ protected:
+  // Error unless choices is empty or holds one entry per logits row of batch.
+  static void check_choices(const ForwardBatch& batch, std::span<const TokenChoice> choices);
 };
 
 }  // namespace latentserve

@@ -146,19 +146,17 @@ class CudaLlamaModel final : public CausalLM {
 
   void forward_choose(const ForwardBatch& batch, KvCacheMemory& kv, std::span<const TokenChoice> choices,
                       int32_t* next_tokens) override {
-    const int64_t n_out = int64_t(batch.logits_indices.size());
-    if (!choices.empty() && int64_t(choices.size()) != n_out)
-      fail("forward_choose: {} token choices for {} logits rows", choices.size(), n_out);
-    if (run(batch, cuda::as_cuda_kv_cache(kv)) == 0) return;
+    check_choices(batch, choices);
+    const int64_t n_out = run(batch, cuda::as_cuda_kv_cache(kv));
+    if (n_out == 0) return;
     // run() ends with the argmax of every row; rows that sample overwrite it here.
     const bool sampled = std::any_of(choices.begin(), choices.end(), [](const TokenChoice& c) { return c.temperature > 0; });
-    if (sampled) sample_on_device(choices);
+    const int* invalid_flag = sampled ? sample_on_device(choices) : nullptr;
     LS_CUDA_CHECK(cudaMemcpyAsync(next_tokens, buffers_.next_tokens(), size_t(n_out) * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, stream_));
     int invalid = 0;
-    if (sampled)
-      LS_CUDA_CHECK(cudaMemcpyAsync(&invalid, choice_device_.as<char>() + choice_flag_offset_, sizeof(int),
-                                    cudaMemcpyDeviceToHost, stream_));
+    if (invalid_flag)
+      LS_CUDA_CHECK(cudaMemcpyAsync(&invalid, invalid_flag, sizeof(int), cudaMemcpyDeviceToHost, stream_));
     device_.synchronize();
     if (invalid) fail("token sampling on cuda: a logits row holds NaN or no logit above -inf");
   }
@@ -166,7 +164,8 @@ class CudaLlamaModel final : public CausalLM {
  private:
   // The per-row parameters of cuda::sample_rows, uploaded in one copy:
   // [u f64 | temperature f32 | top_p f32 | min_p f32 | top_k i32 | invalid flag i32].
-  void sample_on_device(std::span<const TokenChoice> choices) {
+  // Returns the device flag sample_rows sets for a row of NaN or no logit above -inf.
+  const int* sample_on_device(std::span<const TokenChoice> choices) {
     const size_t n = choices.size();
     const size_t u_at = 0, temp_at = 8 * n, top_p_at = temp_at + 4 * n, min_p_at = top_p_at + 4 * n,
                  top_k_at = min_p_at + 4 * n, flag_at = top_k_at + 4 * n, bytes = flag_at + 4;
@@ -180,7 +179,6 @@ class CudaLlamaModel final : public CausalLM {
       std::memcpy(&choice_host_[top_k_at + 4 * i], &c.top_k, 4);
     }
     if (choice_device_.bytes() < bytes) choice_device_ = DeviceBuffer(bytes);
-    choice_flag_offset_ = flag_at;
     char* d = choice_device_.as<char>();
     LS_CUDA_CHECK(cudaMemcpyAsync(d, choice_host_.data(), bytes, cudaMemcpyHostToDevice, stream_));
     const int vocab = int(config_.vocab_size);
@@ -200,6 +198,7 @@ class CudaLlamaModel final : public CausalLM {
     p.workspace_bytes = ws;
     p.invalid_row_flag = reinterpret_cast<int*>(d + flag_at);
     cuda::sample_rows(p, stream_);
+    return p.invalid_row_flag;
   }
 
   cuda::ModelDims shape_of_config() const {
@@ -450,7 +449,6 @@ class CudaLlamaModel final : public CausalLM {
   DeviceBuffer amax_scratch_;  // FP8 calibration: [2 * n_head_kv] amax bits
   DeviceBuffer choice_device_, sample_workspace_;  // sample_on_device's parameters and sample_rows' workspace
   std::vector<char> choice_host_;
-  size_t choice_flag_offset_ = 0;
   std::vector<DeviceLayer> layers_;
   int64_t rotary_dim_ = 0;
   float attention_factor_ = 1.0f;
