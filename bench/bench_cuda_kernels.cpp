@@ -154,10 +154,11 @@ int main(int argc, char** argv) {
       for (int64_t m : ms) {
         if (path.gemv_rows > 0 && m > path.gemv_rows) continue;
         const bool f32 = std::string(p.name) == "lm_head";
-        const double t = time_ms(repeats, [&](int i) {
+        const auto call = [&](int i) {  // the i-th call reads copy i % copies of the weights
           const void* wi = static_cast<const char*>(w.data()) + w_bytes * size_t(i % copies);
           gemm.bf16(x.data(), wi, y.data(), m, p.n, p.k, f32, nullptr, s);
-        }, s);
+        };
+        const double t = time_ms(repeats, call, s);
         const double flops = 2.0 * double(m) * double(p.n) * double(p.k);
         const double bytes = double(w_bytes) + double(m * p.k) * 2 + double(m * p.n) * (f32 ? 4 : 2);
         const double floor = std::max(flops / (bf16_tflops * 1e12), bytes / (hbm_gbs * 1e9)) * 1e3;
@@ -167,10 +168,7 @@ int main(int argc, char** argv) {
           rows.push_back({fmt::format("gemm {} {} (weights)", path.name, p.name), fmt::format("m {}", m), t,
                           double(w_bytes) / (t * 1e-3) / 1e9, "GB/s", double(w_bytes) / (hbm_gbs * 1e9) * 1e3});
         if (m <= 8) {
-          const double tb = time_ms_back_to_back(repeats, [&](int i) {
-            const void* wi = static_cast<const char*>(w.data()) + w_bytes * size_t(i % copies);
-            gemm.bf16(x.data(), wi, y.data(), m, p.n, p.k, f32, nullptr, s);
-          }, s);
+          const double tb = time_ms_back_to_back(repeats, call, s);
           rows.push_back({fmt::format("gemm {} {} (weights, b2b)", path.name, p.name), fmt::format("m {}", m), tb,
                           double(w_bytes) / (tb * 1e-3) / 1e9, "GB/s", double(w_bytes) / (hbm_gbs * 1e9) * 1e3});
         }
