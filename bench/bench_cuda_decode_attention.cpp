@@ -118,6 +118,9 @@ std::vector<Variant> all_variants() {
   add(K::Fused, 264, 0, "fused_ctas264");
   add(K::Fused, 1056, 0, "fused_ctas1056");
   add(K::Fused, 132, 0, "fused_ctas132");  // one CTA per SM: small batches
+  add(K::Fused, 528, 0, "fused_ctas528");  // the planner's aim for larger grids (and its default before small grids got 132)
+  add(K::Base, 0, 256, "base_chunk256");
+  add(K::Base, 0, 512, "base_chunk512");
   add(K::Fused, 0, 256, "fused_chunk256");
   add(K::Fused, 0, 512, "fused_chunk512");
   add(K::FusedW8, 264, 0, "fused_w8_ctas264");

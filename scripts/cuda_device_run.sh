@@ -43,15 +43,15 @@ if has peers; then
     timeout ${BENCH_TIMEOUT:-150} python3 tools/$p.py $QUICK_FLAG --json "$OUT/$p.json" 2>&1 | tail -${BENCH_TAIL:-60}
   done
 fi
-if has e2e; then  # E2E_GEMV_CONFIGS="s256 r4u4": one run per decode gemv configuration (default: the built-in one)
-  for cfg in ${E2E_GEMV_CONFIGS:-default}; do
-    [ "$cfg" = default ] && unset LATENTSERVE_CUDA_GEMV_CONFIG || export LATENTSERVE_CUDA_GEMV_CONFIG=$cfg
-    echo "== bench decode, gemv configuration $cfg =="
-    timeout ${E2E_TIMEOUT:-300} $BIN/latentserve bench decode --device cuda --synthetic llama3-8b --attention ${E2E_ATTENTION:-gqa8,mha} \
-      --batch ${E2E_BATCH:-1,8,32,64} --context ${E2E_CONTEXT:-1024,8192,32768} --steps ${E2E_STEPS:-10} --warmup 3 \
-      --json "$OUT/bench_decode_cuda_$cfg.json" 2>&1 | tail -60
+if has e2e; then  # E2E_ENVS="default LATENTSERVE_CUDA_L2_PREFETCH_MB=32": one run per environment setting (A/B in one session)
+  for setting in ${E2E_ENVS:-default}; do
+    echo "== bench decode, environment: $setting =="
+    tag=$(echo "$setting" | tr -c 'A-Za-z0-9\n' '_')
+    ( [ "$setting" = default ] || export "$setting"
+      timeout ${E2E_TIMEOUT:-300} $BIN/latentserve bench decode --device cuda --synthetic llama3-8b --attention ${E2E_ATTENTION:-gqa8,mha} \
+        --batch ${E2E_BATCH:-1,8,32,64} --context ${E2E_CONTEXT:-1024,8192,32768} --steps ${E2E_STEPS:-10} --warmup 3 \
+        --json "$OUT/bench_decode_cuda_$tag.json" 2>&1 | tail -60 )
   done
-  unset LATENTSERVE_CUDA_GEMV_CONFIG
 fi
 if has cli; then  # the CLI on the GPU: generate (vs the CPU), batch with a device-sized KV cache
   M=tests/fixtures/llama_gqa_bf16

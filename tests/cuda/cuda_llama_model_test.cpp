@@ -38,7 +38,7 @@ std::vector<std::string> llama_family_fixtures() {
   for (const auto& entry : fs::directory_iterator(LATENTSERVE_FIXTURES_DIR)) {
     if (!fs::exists(entry.path() / "reference.json")) continue;
     const std::string name = entry.path().filename().string();
-    if (name.rfind("deepseek", 0) == 0 || name == "llama_dynamic_f32") continue;  // MLA; dynamic NTK: CPU only
+    if (name.rfind("deepseek", 0) == 0) continue;  // MLA: CPU only
     names.push_back(name);
   }
   std::sort(names.begin(), names.end());
@@ -339,12 +339,6 @@ TEST(CudaLlamaModel, WhatTheGpuPathDoesNotRunIsAClearError) {
     ADD_FAILURE() << "DeepSeek on cuda should be refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("deepseek_v3"), std::string::npos) << e.what();
-  }
-  try {
-    load_causal_lm(fixtures / "llama_dynamic_f32", pool, on_cuda());
-    ADD_FAILURE() << "dynamic NTK RoPE on cuda should be refused";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("dynamic NTK"), std::string::npos) << e.what();
   }
   auto model = load_causal_lm(fixtures / "llama_gqa_f32", pool, on_cuda());
   cpu::CpuKvCache host_cache(model->attention_spec(), model->n_layer(), 4, 16);

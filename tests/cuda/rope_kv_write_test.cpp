@@ -47,7 +47,10 @@ struct RopeCase {
 
 enum class Flow { CalibrateThenWrite, RotateCalibrateWrite };
 
-void run_case(const RopeCase& c, cuda::KvDtype dtype, bool per_head, Flow flow, bool precalibrated_group) {
+// n_tables > 1: inv_freq holds that many tables (bases 5e5, 1e4, 3e6, ...: dynamic NTK's per-
+// sequence tables) and token t rotates with row (t * 2) % n_tables, through inv_freq_rows.
+void run_case(const RopeCase& c, cuda::KvDtype dtype, bool per_head, Flow flow, bool precalibrated_group,
+              int n_tables = 1) {
   const int T = 11, width = (c.n_head + 2 * c.n_head_kv) * c.head_dim, stride = width + 6, n_slots = 40;
   const int kv_row = c.n_head_kv * c.head_dim, half = c.rotary_dim / 2;
   std::mt19937 rng(uint32_t(c.head_dim * 31 + c.n_head * 7 + c.rotary_dim + int(dtype) * 3 + per_head));
@@ -61,15 +64,24 @@ void run_case(const RopeCase& c, cuda::KvDtype dtype, bool per_head, Flow flow, 
     positions[size_t(t)] = t == 0 ? 0 : 1 + 977 * t;  // up to ~10k: large angles
     slots[size_t(t)] = (t == 3 || t == 8) ? -1 : (t * 7 + 2) % n_slots;  // tokens 3 and 8 are padding
   }
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) inv_freq[size_t(i)] = float(std::pow(500000.0, -2.0 * i / c.rotary_dim));
+  const double bases[] = {500000.0, 10000.0, 3.0e6, 77777.0};
+  std::vector<float> inv_freq(size_t(n_tables * half));
+  for (int r = 0; r < n_tables; ++r)
+    for (int i = 0; i < half; ++i)
+      inv_freq[size_t(r * half + i)] = float(std::pow(bases[r % 4] * (1 + r / 4), -2.0 * i / c.rotary_dim));
+  std::vector<int32_t> rows(T);
+  for (int t = 0; t < T; ++t) rows[size_t(t)] = (t * 2) % n_tables;
   const float factor = 1.125f;
 
-  // CPU reference: f32 rotation of q and k heads (cpu::apply_rope), v untouched.
+  // CPU reference: f32 rotation of q and k heads (cpu::apply_rope), v untouched; token by token
+  // with its own table.
   std::vector<float> want = qkv;
-  cpu::RopeParams rp{want.data(), stride, T, c.n_head + c.n_head_kv, c.head_dim, c.rotary_dim, positions.data(),
-                     inv_freq.data(), factor, c.interleaved ? cpu::RopeLayout::Interleaved : cpu::RopeLayout::Neox};
-  cpu::apply_rope(rp);
+  for (int t = 0; t < T; ++t) {
+    cpu::RopeParams rp{want.data() + size_t(t) * stride, stride, 1, c.n_head + c.n_head_kv, c.head_dim, c.rotary_dim,
+                       positions.data() + t, inv_freq.data() + size_t(rows[size_t(t)] * half), factor,
+                       c.interleaved ? cpu::RopeLayout::Interleaved : cpu::RopeLayout::Neox};
+    cpu::apply_rope(rp);
+  }
 
   const int n_groups = per_head ? c.n_head_kv : 1;
   // Scales: K groups then V groups. Optionally one K group calibrated already: it must stay.
@@ -97,7 +109,7 @@ void run_case(const RopeCase& c, cuda::KvDtype dtype, bool per_head, Flow flow, 
 
   const size_t elem = dtype == cuda::KvDtype::Bf16 ? 2 : 1;
   auto dqkv = to_device(to_bf16_bits(qkv)), dpos = to_device(positions), dslots = to_device(slots),
-       dfreq = to_device(inv_freq), dscales = to_device(scales);
+       dfreq = to_device(inv_freq), dscales = to_device(scales), drows = to_device(rows);
   cuda::DeviceBuffer k_cache(size_t(n_slots * kv_row) * elem), v_cache(size_t(n_slots * kv_row) * elem);
   ASSERT_EQ(cudaMemset(k_cache.data(), 0x7f, k_cache.bytes()), cudaSuccess);  // poison: bf16 0x7f7f, e4m3 NaN 0x7f
   ASSERT_EQ(cudaMemset(v_cache.data(), 0x7f, v_cache.bytes()), cudaSuccess);
@@ -116,6 +128,7 @@ void run_case(const RopeCase& c, cuda::KvDtype dtype, bool per_head, Flow flow, 
     p.kv.scale_head_stride = per_head ? 1 : 0;
   }
   p.inv_freq = dfreq.as<float>();
+  if (n_tables > 1) p.inv_freq_rows = drows.as<int32_t>();
   p.attention_factor = factor;
   p.n_tokens = T;
   p.n_head = c.n_head;
@@ -217,6 +230,16 @@ TEST(CudaRopeKvWrite, Bf16CacheMatchesTheCpuRotation) {
     SCOPED_TRACE(::testing::Message() << "heads " << c.n_head << "/" << c.n_head_kv << " head_dim " << c.head_dim
                                       << " rotary " << c.rotary_dim << " interleaved " << c.interleaved);
     run_case(c, cuda::KvDtype::Bf16, false, Flow::CalibrateThenWrite, false);
+  }
+}
+
+TEST(CudaRopeKvWrite, EachTokenRotatesWithItsOwnTableRow) {
+  LS_REQUIRE_GPU();
+  for (const RopeCase& c : kCases) {
+    SCOPED_TRACE(::testing::Message() << "heads " << c.n_head << "/" << c.n_head_kv << " head_dim " << c.head_dim
+                                      << " rotary " << c.rotary_dim << " interleaved " << c.interleaved);
+    run_case(c, cuda::KvDtype::Bf16, false, Flow::CalibrateThenWrite, false, 5);
+    run_case(c, cuda::KvDtype::Fp8E4M3, true, Flow::CalibrateThenWrite, false, 3);  // calibration rotates K too
   }
 }
 

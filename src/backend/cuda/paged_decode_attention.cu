@@ -22,7 +22,8 @@ constexpr int kThreads = 128;       // Base: 4 warps (the merge kernel too)
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxChunkTiles = 16;  // at most 1024 tokens per CTA: keeps ragged batches balanced
 constexpr int kMaxChunkTokens = kMaxChunkTiles * kTileKeys;
-constexpr int kTargetCtas = 4 * 132;  // two waves of two CTAs per SM on a 132-SM H100/H200
+constexpr int kSms = 132;             // H100/H200 SXM
+constexpr int kTargetCtas = 4 * kSms;  // two waves of two CTAs per SM: the planner's default aim
 constexpr int kTableCap = kMaxChunkTiles * kTileKeys / 8 + 2;  // block ids one chunk spans (block_size >= 8)
 constexpr int kMaxGroup = 64;
 
@@ -756,6 +757,24 @@ int plan_chunk_tokens(int n_seqs, int n_head_kv, int min_tokens, int max_seq_len
   return chunk;
 }
 
+// The default CTA aim. Few (sequence, KV head) pairs: one CTA per SM, since a short chunk's
+// fixed cost (prologue, partial, merge) outweighs the extra occupancy (H200, bound = next power
+// of two, us: MHA batch 1 at 1K 16.0 -> 10.7, at 8K 46.8 -> 44.8; GQA-8 batch 1 at 8K 24.3 ->
+// 17.5, batch 4 at 1K 16.1 -> 10.9; MHA batch 8, 256 pairs, would lose 44.8 -> 51.2;
+// docs/cuda-decode-attention.md).
+int default_target_ctas(int n_seqs, int n_head_kv) { return int64_t(n_seqs) * n_head_kv <= 64 ? kSms : kTargetCtas; }
+
+// Below the partial-traffic floor (min_tokens) only while a short context's grid would not fill
+// the SMs once: MQA-32 at batch 1-16 and 1K context runs 17-21 us with 256-token chunks against
+// 21-24 us with 512 (fused variant; its partials then cost 1/4 of the K/V bytes instead of 1/8,
+// but 4-32 CTAs leave most SMs idle). At 8K the longer merge made 256 slower (43 vs 33 us).
+int relax_chunk_for_idle_sms(int chunk, int n_seqs, int n_head_kv, int max_seq_len_bound, int tile) {
+  while (max_seq_len_bound <= 2048 && chunk / 2 >= tile && chunk / 2 >= kTileKeys * 4 &&
+         int64_t(n_seqs) * n_head_kv * ceil_div(max_seq_len_bound, chunk) < kSms / 2)
+    chunk /= 2;
+  return chunk;
+}
+
 int min_chunk_tiles(int group, KvDtype dtype) {
   // partial round trip / K+V bytes of a chunk of t tiles = 2 * group * hd * 4 / (t * 64 * 2 * hd * elt)
   // = group / (16 * t * elt); <= 1/8 needs t >= group / (2 * elt): MQA-32 bf16 8 tiles (512 tokens),
@@ -967,8 +986,12 @@ PagedDecodePlan paged_decode_plan(int n_seqs, int n_head, int n_head_kv, int hea
   plan.chunk_tokens =
       tuning.chunk_tokens > 0
           ? tuning.chunk_tokens
-          : plan_chunk_tokens(n_seqs, n_head_kv, std::max(min_chunk_tiles(group, dtype) * kTileKeys, tile),
-                              max_seq_len_bound, tuning.target_ctas > 0 ? tuning.target_ctas : kTargetCtas);
+          : relax_chunk_for_idle_sms(
+                plan_chunk_tokens(n_seqs, n_head_kv, std::max(min_chunk_tiles(group, dtype) * kTileKeys, tile),
+                                  max_seq_len_bound,
+                                  tuning.target_ctas > 0 ? tuning.target_ctas
+                                                         : default_target_ctas(n_seqs, n_head_kv)),
+                n_seqs, n_head_kv, max_seq_len_bound, tile);
   plan.n_splits = ceil_div(max_seq_len_bound, plan.chunk_tokens);
   plan.n_ctas = plan.n_splits * n_head_kv * n_seqs;
   plan.fused = paged_decode_kernel_is_fused(tuning.kernel);
@@ -994,7 +1017,8 @@ size_t paged_decode_workspace_bytes(int n_seqs, int n_head, int head_dim, int ma
   // rows) or halved it because half as many splits gave < target CTAs (< 2 * target rows); and
   // n_splits <= tiles. A fixed chunk: n * ceil(bound / chunk).
   const int64_t tiles = ceil_div(max_seq_len_bound, kTileKeys);
-  const int64_t target = tuning.target_ctas > 0 ? tuning.target_ctas : kTargetCtas;
+  // relax_chunk_for_idle_sms halves only while the grid has < kSms / 2 CTAs, so < kSms rows.
+  const int64_t target = std::max<int64_t>(tuning.target_ctas > 0 ? tuning.target_ctas : kTargetCtas, kSms);
   const int64_t rows =
       tuning.chunk_tokens > 0
           ? int64_t(n_seqs) * ceil_div(max_seq_len_bound, tuning.chunk_tokens)

@@ -20,9 +20,10 @@ constexpr float kE4M3Max = 448.0f;
 // sincosf, and no contraction, so the calibration pass and the write pass get the same bits.
 __device__ void angle_table(const RopeKvWriteParams& p, int t, float* cos_t, float* sin_t) {
   const float position = float(p.positions[t]);
+  const float* inv_freq = p.inv_freq + (p.inv_freq_rows ? int64_t(p.inv_freq_rows[t]) * (p.rotary_dim / 2) : 0);
   for (int i = threadIdx.x; i < p.rotary_dim / 2; i += blockDim.x) {
     float s, c;
-    sincosf(__fmul_rn(position, p.inv_freq[i]), &s, &c);
+    sincosf(__fmul_rn(position, inv_freq[i]), &s, &c);
     cos_t[i] = __fmul_rn(c, p.attention_factor);
     sin_t[i] = __fmul_rn(s, p.attention_factor);
   }

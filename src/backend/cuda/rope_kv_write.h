@@ -24,7 +24,10 @@ struct RopeKvWriteParams {
   const int32_t* positions;     // [n_tokens] (device)
   const int64_t* slot_mapping;  // [n_tokens] (device); -1 = padding: K/V not written (q still rotated)
   DeviceKvLayer kv;          // one layer (kv_cache_layout.h): k, v [n_slots, n_head_kv, head_dim]
-  const float* inv_freq;     // [rotary_dim / 2] (device), from compute_rope_tables (model/rope_config.h)
+  const float* inv_freq;     // [rows, rotary_dim / 2] (device), from compute_rope_tables (model/rope_config.h)
+  // [n_tokens] (device): the row of inv_freq each token rotates with (dynamic NTK: one table per
+  // sequence length; the caller keeps every index < rows); null: row 0 for every token.
+  const int32_t* inv_freq_rows = nullptr;
   float attention_factor;    // cos/sin multiplier (yarn), 1 otherwise
   int n_tokens, n_head, n_head_kv, head_dim, rotary_dim;  // rotary_dim even <= head_dim
   bool interleaved;          // false: neox pairs (i, i + rotary_dim/2); true: pairs (2i, 2i+1)

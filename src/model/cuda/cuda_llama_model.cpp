@@ -75,8 +75,6 @@ class CudaLlamaModel final : public CausalLM {
       fail("the CUDA attention kernels take an even head_dim up to 256, found {} (run this model with --device cpu)",
            c.head_dim);
     fast_attention_ = c.head_dim == 64 || c.head_dim == 128;  // else the portable kernel (paged_attention_generic.h)
-    if (c.rope.type == RopeType::DynamicNtk)
-      fail("dynamic NTK RoPE is not implemented on cuda (its tables change with each sequence's length): use --device cpu");
     spec_ = AttentionSpec::standard(c.n_head, c.n_head_kv, c.head_dim, c.head_dim);
     gemm_ = std::make_unique<cuda::Gemm>();
     // Benchmarking knobs (docs/cuda-backend.md): rows up to which decode GEMMs take the gemv
@@ -93,6 +91,7 @@ class CudaLlamaModel final : public CausalLM {
     weights.reset();  // every tensor is on the device now; drop the mmapped checkpoint
     const RopeTables rope = compute_rope_tables(c.rope, c.head_dim, c.max_position_embeddings, c.max_position_embeddings);
     rotary_dim_ = rope.rotary_dim;
+    dynamic_rope_ = c.rope.type == RopeType::DynamicNtk;
     attention_factor_ = rope.attention_factor;
     inv_freq_ = DeviceBuffer(rope.inv_freq.size() * sizeof(float));
     inv_freq_.upload(rope.inv_freq.data(), rope.inv_freq.size() * sizeof(float));
@@ -203,7 +202,8 @@ class CudaLlamaModel final : public CausalLM {
 
   cuda::ModelDims shape_of_config() const {
     const ModelConfig& c = config_;
-    return {c.hidden_size, c.intermediate_size, c.n_head, c.n_head_kv, c.head_dim, c.vocab_size};
+    return {c.hidden_size, c.intermediate_size, c.n_head, c.n_head_kv, c.head_dim, c.vocab_size,
+            dynamic_rope_ ? rotary_dim_ / 2 : 0};
   }
 
   void load_weights(WeightSource& source) {
@@ -281,6 +281,8 @@ class CudaLlamaModel final : public CausalLM {
       graphs_.clear();  // the buffers moved: captured graphs point at the old ones
     shape.blocks_per_seq = buffers_.blocks_per_seq();  // the table stride every step uses (graphs need it fixed)
     buffers_.upload(batch, shape, stream_);
+    if (dynamic_rope_)
+      buffers_.upload_rope_tables(batch, shape, [&](int64_t s) { return dynamic_rope_table(batch, s); }, stream_);
 
     const bool capturable = pure_decode && !kv.needs_calibration();
     if (!capturable || !graphs_enabled_) {
@@ -367,7 +369,8 @@ class CudaLlamaModel final : public CausalLM {
     r.positions = b.positions();
     r.slot_mapping = b.slot_mapping();
     r.kv = kv_layer;
-    r.inv_freq = inv_freq_.as<float>();
+    r.inv_freq = dynamic_rope_ ? b.rope_tables() : inv_freq_.as<float>();
+    r.inv_freq_rows = dynamic_rope_ ? b.rope_rows() : nullptr;
     r.attention_factor = attention_factor_;
     r.n_tokens = int(shape.n_tokens);
     r.n_head = int(c.n_head);
@@ -440,6 +443,24 @@ class CudaLlamaModel final : public CausalLM {
     }
   }
 
+  // Dynamic NTK grows the RoPE base with the sequence length as the CPU model does
+  // (llama_family.cpp): a whole prompt uses its full length, each decode token its position + 1;
+  // tables per length computed on the host (compute_rope_tables, bit-equal to the CPU's) and kept.
+  const float* dynamic_rope_table(const ForwardBatch& batch, int64_t seq) {
+    const AttentionMetadata& meta = batch.attention;
+    int64_t seq_len = meta.seq_lens[size_t(seq)];
+    if (size_t(seq) < batch.prompt_lens.size()) seq_len = std::max<int64_t>(seq_len, batch.prompt_lens[size_t(seq)]);
+    // Up to max_position_embeddings every length has the default table: one key for all of them.
+    seq_len = std::max<int64_t>(seq_len, config_.max_position_embeddings);
+    auto it = dynamic_tables_.find(seq_len);
+    if (it == dynamic_tables_.end()) {
+      if (dynamic_tables_.size() >= 4096) dynamic_tables_.clear();  // bounded: decode adds one length per step
+      RopeTables t = compute_rope_tables(config_.rope, config_.head_dim, config_.max_position_embeddings, seq_len);
+      it = dynamic_tables_.emplace(seq_len, std::move(t.inv_freq)).first;
+    }
+    return it->second.data();
+  }
+
   ModelConfig config_;
   AttentionSpec spec_;
   cuda::CudaDevice device_;
@@ -452,6 +473,8 @@ class CudaLlamaModel final : public CausalLM {
   std::vector<DeviceLayer> layers_;
   int64_t rotary_dim_ = 0;
   float attention_factor_ = 1.0f;
+  bool dynamic_rope_ = false;
+  std::map<int64_t, std::vector<float>> dynamic_tables_;  // seq_len -> inv_freq (dynamic NTK)
   cuda::StepBuffers buffers_;
   std::map<GraphKey, std::unique_ptr<DecodeGraph>> graphs_;
   const cuda::CudaKvCache* kv_of_graphs_ = nullptr;  // graphs bake in the cache's pointers

@@ -25,7 +25,8 @@ bool StepBuffers::reserve(const ModelDims& d, int64_t n_tokens, int64_t n_seqs, 
                           int64_t max_seq_len_bound) {
   const int64_t tokens = grown(tokens_cap_, n_tokens), seqs = grown(seqs_cap_, n_seqs), outs = grown(out_cap_, n_out),
                 blocks = grown(blocks_cap_, blocks_per_seq), bound = std::max(bound_cap_, max_seq_len_bound);
-  const bool inputs_grow = tokens != tokens_cap_ || seqs != seqs_cap_ || outs != out_cap_ || blocks != blocks_cap_;
+  const bool inputs_grow = tokens != tokens_cap_ || seqs != seqs_cap_ || outs != out_cap_ || blocks != blocks_cap_ ||
+                           d.rope_table_floats != rope_floats_;
   const bool workspace_grows = seqs != seqs_cap_ || bound != bound_cap_;
   if (!inputs_grow && !workspace_grows) return false;
 
@@ -40,6 +41,8 @@ bool StepBuffers::reserve(const ModelDims& d, int64_t n_tokens, int64_t n_seqs, 
     o.seq_lens = take(size_t(seqs) * 4);
     o.block_tables = take(size_t(seqs * blocks) * 4);
     o.logits_indices = take(size_t(outs) * 4);
+    o.rope_rows = take(d.rope_table_floats > 0 ? size_t(tokens) * 4 : 0);
+    o.rope_tables = take(size_t(seqs * d.rope_table_floats) * 4);
     o.total = at;
     LS_CUDA_CHECK(cudaDeviceSynchronize());  // nothing may still read the old buffers
     inputs_ = DeviceBuffer(o.total);
@@ -76,6 +79,7 @@ bool StepBuffers::reserve(const ModelDims& d, int64_t n_tokens, int64_t n_seqs, 
   out_cap_ = outs;
   blocks_cap_ = blocks;
   bound_cap_ = bound;
+  rope_floats_ = d.rope_table_floats;
   return true;
 }
 
@@ -116,6 +120,27 @@ void StepBuffers::upload(const ForwardBatch& batch, const StepShape& shape, cuda
   const size_t tables_end = off_.block_tables + size_t(shape.n_seqs * blocks_cap_) * 4;
   copy(0, tables_end);
   copy(off_.logits_indices, size_t(shape.n_out) * 4);
+}
+
+void StepBuffers::upload_rope_tables(const ForwardBatch& batch, const StepShape& shape,
+                                     const std::function<const float*(int64_t seq)>& table_for, cudaStream_t stream) {
+  const AttentionMetadata& meta = batch.attention;
+  const int64_t T = batch.n_tokens(), S = meta.n_seqs();
+  if (rope_floats_ <= 0) fail("StepBuffers::upload_rope_tables: reserve() was given no rope_table_floats");
+  if (shape.n_tokens > tokens_cap_ || S > seqs_cap_)
+    fail("StepBuffers::upload_rope_tables: the step needs more room than reserve() gave");
+  int32_t* rows = host<int32_t>(off_.rope_rows);
+  float* tables = host<float>(off_.rope_tables);
+  std::fill(rows, rows + shape.n_tokens, 0);
+  for (int64_t s = 0; s < S; ++s) {
+    std::memcpy(tables + s * rope_floats_, table_for(s), size_t(rope_floats_) * 4);
+    for (int64_t t = meta.query_start_loc[size_t(s)]; t < meta.query_start_loc[size_t(s) + 1] && t < T; ++t)
+      rows[t] = int32_t(s);
+  }
+  // rope_rows and rope_tables are adjacent: one copy of what this step uses.
+  const size_t bytes = off_.rope_tables - off_.rope_rows + size_t(S * rope_floats_) * 4;
+  LS_CUDA_CHECK(cudaMemcpyAsync(inputs_.as<char>() + off_.rope_rows, host_inputs_ + off_.rope_rows, bytes,
+                                cudaMemcpyHostToDevice, stream));
 }
 
 }  // namespace latentserve::cuda

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "backend/cuda/device_buffer.h"
 #include "model/forward_batch.h"
@@ -13,6 +14,7 @@ namespace latentserve::cuda {
 
 struct ModelDims {
   int64_t hidden_size, intermediate_size, n_head, n_head_kv, head_dim, vocab_size;
+  int64_t rope_table_floats = 0;  // > 0: room for one RoPE inv_freq table of this many floats per sequence (dynamic NTK)
 };
 
 // What one step computes over (padded for a graph bucket when decode).
@@ -40,6 +42,10 @@ class StepBuffers {
   // `shape`: rows past the batch are padding (token 0, slot -1, sequence length 0, no blocks),
   // block tables re-strided to blocks_per_seq().
   void upload(const ForwardBatch& batch, const StepShape& shape, cudaStream_t stream);
+  // Dynamic NTK: sequence s's inv_freq table (table_for(s), rope_table_floats floats) into row s
+  // of rope_tables(), and each token's row into rope_rows() (padding rows: row 0).
+  void upload_rope_tables(const ForwardBatch& batch, const StepShape& shape,
+                          const std::function<const float*(int64_t seq)>& table_for, cudaStream_t stream);
 
   int64_t blocks_per_seq() const { return blocks_cap_; }
 
@@ -51,6 +57,8 @@ class StepBuffers {
   const int32_t* seq_lens() const { return ptr<int32_t>(off_.seq_lens); }
   const int32_t* block_tables() const { return ptr<int32_t>(off_.block_tables); }
   const int32_t* logits_indices() const { return ptr<int32_t>(off_.logits_indices); }
+  const int32_t* rope_rows() const { return ptr<int32_t>(off_.rope_rows); }  // [T] row of rope_tables per token
+  const float* rope_tables() const { return ptr<float>(off_.rope_tables); }  // f32 [n_seqs, rope_table_floats]
   // activations
   float* residual() const { return residual_.as<float>(); }  // f32 [T, H]
   void* x() const { return x_.data(); }                      // bf16 [T, H] normed hidden
@@ -67,14 +75,15 @@ class StepBuffers {
 
  private:
   struct Offsets {  // byte offsets of each input array in inputs_ (and in the pinned mirror)
-    size_t token_ids, positions, slot_mapping, query_start_loc, seq_lens, block_tables, logits_indices, total;
+    size_t token_ids, positions, slot_mapping, query_start_loc, seq_lens, block_tables, logits_indices, rope_rows,
+        rope_tables, total;
   };
   template <typename T>
   T* ptr(size_t offset) const { return reinterpret_cast<T*>(inputs_.as<char>() + offset); }
   template <typename T>
   T* host(size_t offset) const { return reinterpret_cast<T*>(host_inputs_ + offset); }
 
-  int64_t tokens_cap_ = 0, seqs_cap_ = 0, out_cap_ = 0, blocks_cap_ = 0, bound_cap_ = 0;
+  int64_t tokens_cap_ = 0, seqs_cap_ = 0, out_cap_ = 0, blocks_cap_ = 0, bound_cap_ = 0, rope_floats_ = 0;
   Offsets off_{};
   DeviceBuffer inputs_, residual_, x_, qkv_, attn_, delta_, gate_up_, act_, last_, logits_, next_tokens_,
       decode_workspace_;
