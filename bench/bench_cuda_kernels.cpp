@@ -1,7 +1,7 @@
 // The CUDA building blocks of a Llama forward against the GPU's roofs. A benchmark: prints a
 // table, asserts nothing.
 //
-//   bench_cuda_kernels [--quick] [--only gemm] [--json FILE]
+//   bench_cuda_kernels [--quick] [--only gemm|sampling] [--json FILE]
 //
 // GEMM: TFLOP/s for the Llama-3-8B projections at m = 1, 8, 64, 512, 4096 tokens, and the
 // GB/s of weight bytes (what bounds small m). Each call reads another copy of the weight,
@@ -92,14 +92,15 @@ void fill(DeviceBuffer& b) { LS_CUDA_CHECK(cudaMemset(b.data(), 0x3c, b.bytes())
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, only_gemm = false;
+  bool quick = false, only_gemm = false, only_sampling = false;
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "gemm") == 0) only_gemm = true, ++i;
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "sampling") == 0) only_sampling = true, ++i;
     else {
-      fmt::print(stderr, "usage: bench_cuda_kernels [--quick] [--only gemm] [--json FILE]\n");
+      fmt::print(stderr, "usage: bench_cuda_kernels [--quick] [--only gemm|sampling] [--json FILE]\n");
       return 2;
     }
   }
@@ -119,6 +120,7 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
 
   // ---- GEMM ----
+  if (!only_sampling) {
   struct Proj {
     const char* name;
     int64_t n, k;
@@ -176,13 +178,15 @@ int main(int argc, char** argv) {
     }
   }
 
+  }  // !only_sampling
+
   if (!only_gemm) {
   // ---- memory-bound kernels: buffers rotated over >= 256 MiB when a call's bytes are small ----
   auto mem_row = [&](const std::string& kernel, const std::string& shape, double bytes, double t) {
     rows.push_back({kernel, shape, t, bytes / (t * 1e-3) / 1e9, "GB/s", bytes / (hbm_gbs * 1e9) * 1e3});
   };
   const int H = 4096, I = 14336;
-  for (int T : quick ? std::vector<int>{1, 4096} : std::vector<int>{1, 32, 256, 4096}) {
+  for (int T : only_sampling ? std::vector<int>{} : quick ? std::vector<int>{1, 4096} : std::vector<int>{1, 32, 256, 4096}) {
     const size_t res_bytes = size_t(T) * H * 4, act_bytes = size_t(T) * H * 2;
     const int copies = int(std::max<size_t>(2, (size_t(256) << 20) / (res_bytes + act_bytes) + 1));
     DeviceBuffer res(res_bytes * size_t(copies)), delta(act_bytes * size_t(copies)), out(act_bytes * size_t(copies)),
@@ -240,6 +244,15 @@ int main(int argc, char** argv) {
       cuda::sample_rows(sp, s);
     }, s);
     mem_row("sample_rows top_p 0.9", fmt::format("{} x {}", B, V), double(l_bytes), t);
+    std::vector<int32_t> top_k50(size_t(B), 50);
+    dk.upload(top_k50.data(), dk.bytes());
+    t = time_ms(quick ? 5 : 20, [&](int i) {
+      cuda::SampleRowsParams sp{reinterpret_cast<const float*>(static_cast<char*>(logits.data()) + l_bytes * size_t(i % copies)),
+                                B, V, dt.as<float>(), dk.as<int32_t>(), dp.as<float>(), dm.as<float>(), du.as<float>(),
+                                out.as<int32_t>(), nullptr, 0};
+      cuda::sample_rows(sp, s);
+    }, s);
+    mem_row("sample_rows top_k 50 top_p 0.9", fmt::format("{} x {}", B, V), double(l_bytes), t);
   }
 
   }  // !only_gemm

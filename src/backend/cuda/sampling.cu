@@ -88,6 +88,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* log
 struct Shared {
   double dhist[256];
   int chist[256];
+  double lane_mass[kThreads];  // add_to_bin's per-warp staging
   double wsum[kWarps];
   int wint[kWarps];
   double d0, d1;
@@ -140,6 +141,49 @@ __device__ int block_sum_int(int v, Shared& sh) {
   return sh.i0;
 }
 
+// Adds (mass, 1) to bin d for every lane with `take`, with one shared atomic per distinct bin of
+// the warp. Random logits share their top bits, so most of a row lands in a few bins: lane by lane
+// the f64 shared atomics (CAS loops) serialised 128K adds on one address, 2.6 ms a row on the
+// H200. Called by all 32 lanes of the warp together.
+__device__ __forceinline__ void add_to_bin(Shared& sh, bool take, uint32_t d, double mass, bool with_mass) {
+  const unsigned takers = __ballot_sync(kFull, take);
+  if (takers == 0) return;
+  const unsigned peers = __match_any_sync(kFull, take ? d : 256u) & takers;  // 256: in no bin
+  if (with_mass) {
+    sh.lane_mass[threadIdx.x] = mass;
+    __syncwarp();
+  }
+  if (take && (threadIdx.x & 31) == unsigned(__ffs(peers) - 1)) {
+    if (with_mass) {
+      const int warp0 = threadIdx.x & ~31;
+      double sum = 0.0;
+      for (unsigned b = peers; b; b &= b - 1) sum += sh.lane_mass[warp0 + __ffs(b) - 1];
+      atomicAdd(&sh.dhist[d], sum);
+    }
+    atomicAdd(&sh.chist[d], __popc(peers));
+  }
+  if (with_mass) __syncwarp();
+}
+
+// f(i, v) for i = threadIdx.x + j * kThreads (j < kLoadsPerThread) of each block of the row, v
+// = row[i], or NaN with i >= vocab past the end: one CTA per row is latency-bound, so each
+// thread has kLoadsPerThread loads in flight before it works on them. The trip count is uniform
+// over the CTA (f may use warp collectives).
+constexpr int kLoadsPerThread = 8;
+template <class F>
+__device__ __forceinline__ void for_each_logit(const float* row, int vocab, F f) {
+  for (int base = 0; base < vocab; base += kThreads * kLoadsPerThread) {
+    float v[kLoadsPerThread];
+#pragma unroll
+    for (int j = 0; j < kLoadsPerThread; ++j) {
+      const int i = base + j * kThreads + int(threadIdx.x);
+      v[j] = i < vocab ? __ldg(row + i) : NAN;
+    }
+#pragma unroll
+    for (int j = 0; j < kLoadsPerThread; ++j) f(base + j * kThreads + int(threadIdx.x), v[j]);
+  }
+}
+
 // The k-th largest key (with multiplicity) among the non-NaN logits: radix select, 8 bits a pass.
 __device__ uint32_t kth_largest_key(const Row& r, int k, Shared& sh) {
   uint32_t prefix = 0;
@@ -149,12 +193,10 @@ __device__ uint32_t kth_largest_key(const Row& r, int k, Shared& sh) {
     const uint32_t mask = level == 0 ? 0u : (0xffffffffu << (32 - 8 * level));
     for (int i = threadIdx.x; i < 256; i += kThreads) sh.chist[i] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < r.vocab; i += kThreads) {
-      const float v = r.l[i];
-      if (isnan(v)) continue;
+    for_each_logit(r.l, r.vocab, [&](int, float v) {
       const uint32_t key = order_key(v);
-      if ((key & mask) == prefix) atomicAdd(&sh.chist[(key >> shift) & 255u], 1);
-    }
+      add_to_bin(sh, !isnan(v) && (key & mask) == prefix, (key >> shift) & 255u, 0.0, false);
+    });
     __syncthreads();
     if (threadIdx.x == 0) {
       int above = 0, d = 255;
@@ -187,16 +229,14 @@ __device__ bool mass_search(const Row& r, InSet in_set, double target, bool stri
       sh.chist[i] = 0;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < r.vocab; i += kThreads) {
-      const float v = r.l[i];
+    for_each_logit(r.l, r.vocab, [&](int i, float v) {
       const uint32_t key = order_key(v);
-      if ((key & mask) != prefix) continue;  // before the f64 division: most elements leave here
-      double x;
-      if (!r.kept(v, x) || !in_set(v)) continue;
-      const uint32_t d = (key >> shift) & 255u;
-      atomicAdd(&sh.dhist[d], r.mass(x));
-      atomicAdd(&sh.chist[d], 1);
-    }
+      double x = 0.0, m = 0.0;
+      // The prefix test before the f64 division: most elements leave there.
+      const bool take = i < r.vocab && (key & mask) == prefix && r.kept(v, x) && in_set(v);
+      if (take) m = r.mass(x);
+      add_to_bin(sh, take, (key >> shift) & 255u, m, true);
+    });
     __syncthreads();
     if (threadIdx.x == 0) {
       double cum = level == 0 ? 0.0 : sh.d1;
@@ -249,8 +289,15 @@ __device__ int nth_with_key(const Row& r, uint32_t K, int j, Shared& sh) {
     double x;
     return r.kept(v, x) && order_key(v) == K;
   };
+  constexpr int kTiles = 4;  // 32-element tiles whose loads are in flight together
   int count = 0;
-  for (int base = begin; base < end; base += 32) count += __popc(__ballot_sync(kFull, is(base + lane)));
+  for (int base = begin; base < end; base += 32 * kTiles) {
+    bool hit[kTiles];
+#pragma unroll
+    for (int q = 0; q < kTiles; ++q) hit[q] = is(base + 32 * q + lane);
+#pragma unroll
+    for (int q = 0; q < kTiles; ++q) count += __popc(__ballot_sync(kFull, hit[q]));
+  }
   if (lane == 0) sh.wint[w] = count;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -269,14 +316,20 @@ __device__ int nth_with_key(const Row& r, uint32_t K, int j, Shared& sh) {
   __syncthreads();
   if (w == sh.i0) {
     int rem = sh.i1;
-    for (int base = begin; base < end; base += 32) {
-      const bool hit = is(base + lane);
-      const unsigned b = __ballot_sync(kFull, hit);
-      if (rem <= __popc(b)) {
-        if (hit && __popc(b & ((1u << lane) - 1u)) == rem - 1) sh.i2 = base + lane;
-        break;
+    bool found = false;
+    for (int base = begin; base < end && !found; base += 32 * kTiles) {
+      bool hit[kTiles];
+#pragma unroll
+      for (int q = 0; q < kTiles; ++q) hit[q] = is(base + 32 * q + lane);
+#pragma unroll
+      for (int q = 0; q < kTiles; ++q) {
+        const unsigned b = __ballot_sync(kFull, hit[q]);
+        if (!found && rem <= __popc(b)) {
+          if (hit[q] && __popc(b & ((1u << lane) - 1u)) == rem - 1) sh.i2 = base + 32 * q + lane;
+          found = true;
+        }
+        if (!found) rem -= __popc(b);
       }
-      rem -= __popc(b);
     }
   }
   __syncthreads();
@@ -365,11 +418,10 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsParams 
   // Pass 0: max and NaN, for every row (the flag covers greedy rows too).
   float vmax = -INFINITY;
   int nan_seen = 0;
-  for (int i = threadIdx.x; i < p.vocab; i += kThreads) {
-    const float v = row[i];
-    nan_seen |= isnan(v);
+  for_each_logit(row, p.vocab, [&](int i, float v) {
+    nan_seen |= i < p.vocab && isnan(v);
     vmax = fmaxf(vmax, v);  // NaN ignored
-  }
+  });
   vmax = warp_max(vmax);
   nan_seen = __any_sync(kFull, nan_seen);
   if ((threadIdx.x & 31) == 0) {
@@ -406,7 +458,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsParams 
     if (top_k > 0) {
       int n = 0;
       double x;
-      for (int i = threadIdx.x; i < p.vocab; i += kThreads) n += r.kept(row[i], x);
+      for_each_logit(row, p.vocab, [&](int, float v) { n += r.kept(v, x); });  // NaN past the end: not kept
       n = block_sum_int(n, sh);
       if (top_k < n) r.topk_key = kth_largest_key(r, top_k, sh);
     }
@@ -414,8 +466,9 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsParams 
       token = draw_in_id_order(r, u, sh);
     } else {
       double local = 0.0, x;
-      for (int i = threadIdx.x; i < p.vocab; i += kThreads)
-        if (r.kept(row[i], x)) local += r.mass(x);
+      for_each_logit(row, p.vocab, [&](int, float v) {
+        if (r.kept(v, x)) local += r.mass(x);
+      });
       const double kept_mass = block_sum_double(local, sh);
       const double limit = double(top_p) * kept_mass;
       uint32_t kc = 0;
