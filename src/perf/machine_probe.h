@@ -42,7 +42,10 @@ double measure_read_bandwidth_gb_per_s(ThreadPool& pool, size_t bytes = size_t(1
 
 // GFLOP/s (1e9 FLOP, 2·m·n·k per product) of the f32 matmul that linear()'s prefill
 // path uses by default (oneDNN), on the pool's thread count: C[m, n] = A[m, k] · B[n, k]ᵀ,
-// median of `runs` after one warm-up.
-double measure_sgemm_gflop_per_s(ThreadPool& pool, int64_t m, int64_t n, int64_t k, int runs = 5);
+// the fastest of `runs` after one warm-up: a peak, as a roof must be. On a shared 2-vCPU guest
+// (the AMD EPYC kind) stretches of ~100 ms ran the same product at half speed (11.3 vs 21-22 ms
+// at 256 x 2048 x 2048; the other tenant, or both vCPUs on one core), and a median of 5 then
+// reported 102 instead of ~190 GFLOP/s, which some decode steps beat.
+double measure_sgemm_gflop_per_s(ThreadPool& pool, int64_t m, int64_t n, int64_t k, int runs = 12);
 
 }  // namespace latentserve
