@@ -103,10 +103,11 @@ struct Row {
   int vocab;
   double temperature, m, floor;
   uint32_t topk_key;
+  // The integer tests first: the f64 division is most of a pass's cost (one CTA per row).
   __device__ __forceinline__ bool kept(float v, double& x) const {
-    if (isnan(v) || v == -INFINITY) return false;
+    if (isnan(v) || v == -INFINITY || order_key(v) < topk_key) return false;
     x = double(v) / temperature;
-    return x >= floor && order_key(v) >= topk_key;
+    return x >= floor;
   }
   __device__ __forceinline__ double mass(double x) const { return exp(x - m); }
 };
@@ -233,7 +234,7 @@ __device__ bool mass_search(const Row& r, InSet in_set, double target, bool stri
       const uint32_t key = order_key(v);
       double x = 0.0, m = 0.0;
       // The prefix test before the f64 division: most elements leave there.
-      const bool take = i < r.vocab && (key & mask) == prefix && r.kept(v, x) && in_set(v);
+      const bool take = i < r.vocab && (key & mask) == prefix && in_set(v) && r.kept(v, x);
       if (take) m = r.mass(x);
       add_to_bin(sh, take, (key >> shift) & 255u, m, true);
     });
@@ -287,7 +288,7 @@ __device__ int nth_with_key(const Row& r, uint32_t K, int j, Shared& sh) {
     if (i >= end) return false;
     const float v = r.l[i];
     double x;
-    return r.kept(v, x) && order_key(v) == K;
+    return order_key(v) == K && r.kept(v, x);
   };
   constexpr int kTiles = 4;  // 32-element tiles whose loads are in flight together
   int count = 0;
@@ -458,7 +459,10 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsParams 
     if (top_k > 0) {
       int n = 0;
       double x;
-      for_each_logit(row, p.vocab, [&](int, float v) { n += r.kept(v, x); });  // NaN past the end: not kept
+      // r.kept(v, x) with no top_k key yet, without the division when min_p is off (NaN past the end: not kept).
+      for_each_logit(row, p.vocab, [&](int, float v) {
+        n += r.floor == -INFINITY ? !isnan(v) && v != -INFINITY : r.kept(v, x);
+      });
       n = block_sum_int(n, sh);
       if (top_k < n) r.topk_key = kth_largest_key(r, top_k, sh);
     }
