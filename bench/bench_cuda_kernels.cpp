@@ -233,26 +233,20 @@ int main(int argc, char** argv) {
     }, s);
     mem_row("argmax_rows", fmt::format("{} x {}", B, V), double(l_bytes), t);
     std::vector<float> temp(size_t(B), 0.8f), top_p(size_t(B), 0.9f), min_p(size_t(B), 0.0f), u(size_t(B), 0.37f);
-    std::vector<int32_t> top_k(size_t(B), 0);
     DeviceBuffer dt(size_t(B) * 4), dk(size_t(B) * 4), dp(size_t(B) * 4), dm(size_t(B) * 4), du(size_t(B) * 4);
-    dt.upload(temp.data(), dt.bytes()), dk.upload(top_k.data(), dk.bytes()), dp.upload(top_p.data(), dp.bytes());
+    dt.upload(temp.data(), dt.bytes()), dp.upload(top_p.data(), dp.bytes());
     dm.upload(min_p.data(), dm.bytes()), du.upload(u.data(), du.bytes());
-    t = time_ms(quick ? 5 : 20, [&](int i) {
-      cuda::SampleRowsParams sp{reinterpret_cast<const float*>(static_cast<char*>(logits.data()) + l_bytes * size_t(i % copies)),
-                                B, V, dt.as<float>(), dk.as<int32_t>(), dp.as<float>(), dm.as<float>(), du.as<float>(),
-                                out.as<int32_t>(), nullptr, 0};
-      cuda::sample_rows(sp, s);
-    }, s);
-    mem_row("sample_rows top_p 0.9", fmt::format("{} x {}", B, V), double(l_bytes), t);
-    std::vector<int32_t> top_k50(size_t(B), 50);
-    dk.upload(top_k50.data(), dk.bytes());
-    t = time_ms(quick ? 5 : 20, [&](int i) {
-      cuda::SampleRowsParams sp{reinterpret_cast<const float*>(static_cast<char*>(logits.data()) + l_bytes * size_t(i % copies)),
-                                B, V, dt.as<float>(), dk.as<int32_t>(), dp.as<float>(), dm.as<float>(), du.as<float>(),
-                                out.as<int32_t>(), nullptr, 0};
-      cuda::sample_rows(sp, s);
-    }, s);
-    mem_row("sample_rows top_k 50 top_p 0.9", fmt::format("{} x {}", B, V), double(l_bytes), t);
+    for (int k : {0, 50}) {  // top_k off, then top_k 50 (both with top_p 0.9)
+      const std::vector<int32_t> top_k(size_t(B), k);
+      dk.upload(top_k.data(), dk.bytes());
+      t = time_ms(quick ? 5 : 20, [&](int i) {
+        cuda::SampleRowsParams sp{reinterpret_cast<const float*>(static_cast<char*>(logits.data()) + l_bytes * size_t(i % copies)),
+                                  B, V, dt.as<float>(), dk.as<int32_t>(), dp.as<float>(), dm.as<float>(), du.as<float>(),
+                                  out.as<int32_t>(), nullptr, 0};
+        cuda::sample_rows(sp, s);
+      }, s);
+      mem_row(k ? "sample_rows top_k 50 top_p 0.9" : "sample_rows top_p 0.9", fmt::format("{} x {}", B, V), double(l_bytes), t);
+    }
   }
 
   }  // !only_gemm
