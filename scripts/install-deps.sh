@@ -6,7 +6,7 @@ packages=(
   nlohmann-json3-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-pthread-dev libdnnl-dev gnuplot-nox libxxhash-dev
-  libpcre2-dev libutf8proc-dev
+  libpcre2-dev libutf8proc-dev libcpp-httplib-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/engine_args.h"
 #include "core/error.h"
 #include "engine/llm_engine.h"
 #include "model/architectures.h"
@@ -29,10 +30,8 @@ namespace {
 
 struct BatchArgs {
   ModelArgs model;
+  EngineArgs engine;
   std::string input, output;
-  int64_t max_num_seqs = 64;
-  int64_t kv_cache_mb = -1;  // -1: 1024 on the CPU, what the GPU has left on cuda
-  bool no_prefix_caching = false;
 };
 
 SamplingParams sampling_params_from(const nlohmann::json& j, const std::string& where) {
@@ -91,23 +90,7 @@ int run_batch(const BatchArgs& a) {
   const auto tok_path = std::filesystem::path(a.model.model_dir) / "tokenizer.json";
   if (std::filesystem::exists(tok_path)) tok = tokenizer::Tokenizer::from_file(tok_path.string());
 
-  const int64_t kv_cache_mb = a.kv_cache_mb >= 0 ? a.kv_cache_mb : a.model.device == "cuda" ? 0 : 1024;
-  EngineConfig config;
-  config.block_size_tokens = a.model.block_size;
-  config.kv_cache_bytes = kv_cache_mb << 20;
-  if (kv_cache_mb == 0) {  // a device model sizes the cache from what the GPU has left
-    const int64_t budget = model->plan_device_memory(a.model.max_batched_tokens, a.max_num_seqs,
-                                                     a.model.gpu_memory_utilization);
-    if (budget < 0) fail("--kv-cache-mb 0 (size from the device) needs --device cuda; on the CPU give the MiB");
-    config.kv_cache_bytes = budget;
-    fmt::print(stderr, "KV cache: {:.2f} GiB of device memory (--gpu-memory-utilization {})\n",
-               double(budget) / double(1 << 30), a.model.gpu_memory_utilization);
-  }
-  config.enable_prefix_caching = !a.no_prefix_caching;
-  config.kv_options = a.model.kv_options();
-  config.scheduler.max_num_seqs = a.max_num_seqs;
-  config.scheduler.max_num_batched_tokens = a.model.max_batched_tokens;
-  config.scheduler.max_model_len = model->config().max_position_embeddings;
+  const EngineConfig config = a.engine.engine_config(*model, a.model);
   LLMEngine engine(*model, config, pool, tok ? &*tok : nullptr);
 
   // Read and validate every line before running anything: a bad line names its number.
@@ -213,9 +196,7 @@ Command add_batch_command(CLI::App& app) {
   args->model.add_to(cmd);
   cmd->add_option("--input", args->input, "requests, one JSON object per line")->required();
   cmd->add_option("--output", args->output, "results, one JSON object per line, in input order")->required();
-  cmd->add_option("--max-num-seqs", args->max_num_seqs, "requests running at once");
-  cmd->add_option("--kv-cache-mb", args->kv_cache_mb, "KV cache memory in MiB (default 1024 on cpu; on cuda, what --gpu-memory-utilization leaves)");
-  cmd->add_flag("--no-enable-prefix-caching", args->no_prefix_caching, "turn prefix caching off");
+  args->engine.add_to(cmd);
   return {cmd, [args] { return run_batch(*args); }};
 }
 

@@ -12,5 +12,6 @@ Command add_tokenize_command(CLI::App& app);
 Command add_plan_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_verify_mla_command(CLI::App& app);
+Command add_serve_command(CLI::App& app);
 
 }  // namespace latentserve::cli

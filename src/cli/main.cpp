@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
       add_plan_command(app),
       add_bench_command(app),
       add_verify_mla_command(app),
+      add_serve_command(app),
   };
   CLI11_PARSE(app, argc, argv);
   try {

@@ -121,7 +121,9 @@ bool LLMEngine::update_text(Request& r, int32_t token, RequestOutput& out) {
     }
   }
   // Hold back the last longest_stop - 1 bytes: they may be the start of a stop string.
-  const size_t safe = r.text.size() >= longest_stop ? r.text.size() - (longest_stop ? longest_stop - 1 : 0) : 0;
+  size_t safe = r.text.size() >= longest_stop ? r.text.size() - (longest_stop ? longest_stop - 1 : 0) : 0;
+  // ... and never split a UTF-8 character: back up past continuation bytes (10xxxxxx).
+  while (safe > r.n_text_emitted && safe < r.text.size() && (static_cast<unsigned char>(r.text[safe]) & 0xC0) == 0x80) --safe;
   if (safe > r.n_text_emitted) {
     out.new_text = r.text.substr(r.n_text_emitted, safe - r.n_text_emitted);
     r.n_text_emitted = safe;

@@ -71,6 +71,47 @@ TEST(StopStrings, EndTheRequestAndAreCutFromTheText) {
   GTEST_SKIP() << "no prompt produced two printable bytes in a row";
 }
 
+// Complete UTF-8 (RFC 3629 lead and continuation bytes, no truncated sequence).
+bool is_complete_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+// Text held back for a possible stop string is released on character boundaries: each
+// streamed piece is whole UTF-8 (a server writes each piece as a JSON string of its own).
+// The fixture's outputs are mostly bytes >= 0x80, which decode to U+FFFD (3 bytes), so a
+// 3-byte hold-back would split most of them.
+TEST(StopStrings, StreamedPiecesAreWholeCharacters) {
+  ThreadPool pool(2);
+  auto model = load_causal_lm(fs::path(LATENTSERVE_FIXTURES_DIR) / "llama_gqa_f32", pool);
+  auto tok = tokenizer::Tokenizer::from_json(testing::byte_level_tokenizer_json(), "byte-level test tokenizer");
+  LLMEngine engine(*model, {}, pool, &tok);
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 60;
+  p.ignore_eos = true;
+  engine.add_request("x", {1, 2, 3, 4}, p, {"\x01\x02\x03\x04"});
+  std::string streamed, text;
+  int n_pieces = 0;
+  while (engine.has_unfinished())
+    for (auto& o : engine.step()) {
+      EXPECT_TRUE(is_complete_utf8(o.new_text)) << "piece " << n_pieces;
+      n_pieces += !o.new_text.empty();
+      streamed += o.new_text;
+      if (o.finished) text = o.text;
+    }
+  EXPECT_EQ(streamed, text);
+  EXPECT_NE(text.find("\xEF\xBF\xBD"), std::string::npos) << "no multi-byte character was produced";
+  EXPECT_GT(n_pieces, 10);
+}
+
 std::pair<int, std::string> run_cli(const std::string& args) {
   const std::string cmd = std::string(LATENTSERVE_BINARY) + " " + args + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
