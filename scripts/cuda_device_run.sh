@@ -6,7 +6,7 @@
 #   2. the kernel benchmarks next to PyTorch's SDPA on the same shapes,
 #   3. `latentserve bench decode --device cuda` on the Llama-3-8B shape,
 # and prints a short summary last. Logs go to $OUT. STAGES (default "test kernels peers e2e";
-# also "gemm": the GEMM table alone, "cli", "ncu")
+# also "gemm": the GEMM table alone, "cli", "ncu", "serve": bench serve against serve --device cuda)
 # picks a subset; QUICK=1 runs the reduced benchmark sets.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -61,6 +61,15 @@ if has cli; then  # the CLI on the GPU: generate (vs the CPU), batch with a devi
     '{"id":"b","tokens":[1,7,7,7,2],"max_tokens":8,"temperature":0.8,"seed":3,"n":2}' > /tmp/req.jsonl
   $BIN/latentserve batch --model $M --device cuda --input /tmp/req.jsonl --output /tmp/res.jsonl 2>&1 | tail -4
   cat /tmp/res.jsonl
+fi
+if has serve; then  # the HTTP server on the GPU under load: latentserve bench serve against latentserve serve
+  $BIN/latentserve serve --device cuda --synthetic ${SERVE_MODEL:-llama3-8b} --port 8123 --max-num-seqs ${SERVE_MAX_SEQS:-64} \
+    --max-batched-tokens ${SERVE_BATCHED_TOKENS:-2048} > /tmp/serve.log 2>&1 &
+  serve_pid=$!
+  for i in $(seq 1 240); do curl -sf http://127.0.0.1:8123/health > /dev/null && break; sleep 0.5; done
+  timeout ${SERVE_TIMEOUT:-300} $BIN/latentserve bench serve --url http://127.0.0.1:8123 --concurrency ${SERVE_CONCURRENCY:-1,8,32,64} \
+    --prompt-tokens ${SERVE_PROMPT:-1024} --max-tokens ${SERVE_OUTPUT:-256} --vocab 32000 --json "$OUT/bench_serve.json" 2>&1 | tail -20
+  kill -TERM $serve_pid; wait $serve_pid; echo "serve exit code: $?"; tail -12 /tmp/serve.log
 fi
 if has ncu; then  # per-kernel GPU time of one decode step (tools/ncu_step_breakdown.py)
   NCU=$(command -v ncu || find / -name ncu -type f -path '*nsight-compute*' 2>/dev/null | head -1)

@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "model/architectures.h"
+#include "model/weight_source.h"
+#include "perf/presets.h"
 #include "tokenizer/tokenizer.h"
 
 namespace latentserve::cli {
@@ -22,6 +25,21 @@ void ModelArgs::add_to(CLI::App* cmd) {
   cmd->add_flag("--enforce-eager", enforce_eager, "cuda: run every step eagerly (no CUDA graphs for decode)");
   cmd->add_option("--gpu-memory-utilization", gpu_memory_utilization,
                   "cuda: share of GPU memory for weights, activations and the KV cache (default 0.9)");
+}
+
+void ModelArgs::add_synthetic_to(CLI::App* cmd) {
+  CLI::Option* model = cmd->get_option("--model");
+  model->required(false);
+  cmd->add_option("--synthetic", synthetic, "instead of --model: a preset (e.g. llama3-8b, tiny-bench) with random bf16 weights, no tokenizer")
+      ->excludes(model);
+}
+
+std::unique_ptr<CausalLM> ModelArgs::load(ThreadPool& pool) const {
+  if (model_dir.empty() == synthetic.empty()) fail("give exactly one of --model DIR and --synthetic PRESET");
+  if (!model_dir.empty()) return load_causal_lm(model_dir, pool, model_options());
+  const perf::ModelShape shape = perf::model_preset(synthetic, "--synthetic");
+  const ModelConfig config = ModelConfig::from_json(nlohmann::json::parse(perf::preset_config_json(shape)), shape.name);
+  return build_causal_lm(config, std::make_unique<SyntheticWeights>(DType::BF16, 1234), pool, model_options());
 }
 
 latentserve::ModelOptions ModelArgs::model_options() const {

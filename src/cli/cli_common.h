@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/offline_runner.h"
+#include "model/causal_lm.h"
 #include "model/model_options.h"
 
 namespace latentserve::cli {
@@ -31,8 +33,14 @@ struct ModelArgs {
   int gpu = 0;
   bool enforce_eager = false;
   double gpu_memory_utilization = 0.9;
+  std::string synthetic;  // a preset built with random bf16 weights instead of --model (serve)
 
   void add_to(CLI::App* cmd);
+  // --synthetic PRESET as the alternative to --model (which then stops being required).
+  void add_synthetic_to(CLI::App* cmd);
+  // The model of --model DIR, or of --synthetic PRESET (exactly one of them).
+  std::unique_ptr<CausalLM> load(ThreadPool& pool) const;
+  std::string name() const { return synthetic.empty() ? model_dir : "synthetic:" + synthetic; }
   RunnerOptions runner_options() const { return {block_size, max_batched_tokens, kv_options()}; }
   cpu::KvCacheOptions kv_options() const;  // validates --kv-cache-dtype and --kv-scale
   latentserve::ModelOptions model_options() const;  // validates --attention

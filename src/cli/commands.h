@@ -13,5 +13,6 @@ Command add_plan_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_verify_mla_command(CLI::App& app);
 Command add_serve_command(CLI::App& app);
+Command add_bench_serve_command(CLI::App& app);  // after add_bench_command
 
 }  // namespace latentserve::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
       add_bench_command(app),
       add_verify_mla_command(app),
       add_serve_command(app),
+      add_bench_serve_command(app),
   };
   CLI11_PARSE(app, argc, argv);
   try {

@@ -45,7 +45,7 @@ int run_serve(const ServeArgs& a) {
 
   const std::filesystem::path dir(a.model.model_dir);
   std::optional<tokenizer::Tokenizer> tok;
-  if (std::filesystem::exists(dir / "tokenizer.json")) tok = tokenizer::Tokenizer::from_file((dir / "tokenizer.json").string());
+  if (!a.model.model_dir.empty() && std::filesystem::exists(dir / "tokenizer.json")) tok = tokenizer::Tokenizer::from_file((dir / "tokenizer.json").string());
   std::optional<tokenizer::ChatTemplate> chat;
   if (tok && std::filesystem::exists(dir / "tokenizer_config.json")) {
     try {
@@ -57,7 +57,7 @@ int run_serve(const ServeArgs& a) {
   if (!tok) fmt::print(stderr, "latentserve serve: no tokenizer.json: prompts must be token ids, outputs carry no text\n");
 
   ThreadPool pool(a.model.threads);
-  auto model = load_causal_lm(a.model.model_dir, pool, a.model.model_options());
+  auto model = a.model.load(pool);
   const EngineConfig config = a.engine.engine_config(*model, a.model);
   LLMEngine engine(*model, config, pool, tok ? &*tok : nullptr);
   server::AsyncEngine async_engine(engine);
@@ -65,8 +65,8 @@ int run_serve(const ServeArgs& a) {
   server::ServerConfig sc;
   sc.host = a.host;
   sc.port = a.port;
-  sc.served_model_name = a.served_model_name.empty() ? a.model.model_dir : a.served_model_name;
-  sc.model_root = a.model.model_dir;
+  sc.served_model_name = a.served_model_name.empty() ? a.model.name() : a.served_model_name;
+  sc.model_root = a.model.name();
   sc.max_model_len = config.scheduler.max_model_len;
   sc.vocab_size = int32_t(model->vocab_size());
   sc.api_key = a.api_key;
@@ -79,6 +79,7 @@ int run_serve(const ServeArgs& a) {
              engine.block_size_tokens());
   std::fflush(stderr);
 
+  const auto serving_since = std::chrono::steady_clock::now();
   std::atomic<bool> serving_done{false};
   std::thread watcher([&] {
     while (!serving_done && !g_stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -92,7 +93,8 @@ int run_serve(const ServeArgs& a) {
   serving_done = true;
   watcher.join();
   async_engine.shutdown();
-  fmt::print(stderr, "latentserve serve: stopped\n{}", engine.metrics().summary(0));
+  const double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - serving_since).count();
+  fmt::print(stderr, "latentserve serve: stopped after {:.1f} s\n{}", uptime, engine.metrics().summary(uptime));
   return 0;
 }
 
@@ -102,6 +104,7 @@ Command add_serve_command(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models)");
   args->model.add_to(cmd);
+  args->model.add_synthetic_to(cmd);
   args->engine.add_to(cmd);
   cmd->add_option("--host", args->host, "address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)");
   cmd->add_option("--port", args->port, "port (default 8000; 0 = any free port, printed at start)");

@@ -126,6 +126,8 @@ void AsyncEngine::refresh_snapshot() {
   s.n_finished = m.n_finished;
   s.n_aborted = m.n_aborted;
   s.n_preemptions = m.n_preemptions;
+  s.step_seconds = m.step_seconds;
+  s.forward_seconds = m.forward_seconds;
   std::lock_guard lock(mutex_);
   snapshot_ = std::move(s);
 }

@@ -55,6 +55,7 @@ struct EngineSnapshot {
   KvCacheStats kv;
   int64_t n_steps = 0, prompt_tokens = 0, prompt_tokens_cached = 0, generated_tokens = 0;
   int64_t n_finished = 0, n_aborted = 0, n_preemptions = 0;
+  double step_seconds = 0, forward_seconds = 0;  // summed over every step (forward: the model's part)
 };
 
 class AsyncEngine {

@@ -310,6 +310,8 @@ struct OpenAiServer::Impl {
     metric("request_aborted_total", "counter", "Completions aborted (client gone or shutdown).", double(s.n_aborted));
     metric("num_preemptions_total", "counter", "Preemptions by recompute.", double(s.n_preemptions));
     metric("engine_steps_total", "counter", "Engine steps run.", double(s.n_steps));
+    metric("engine_step_seconds_total", "counter", "Wall time inside engine steps.", s.step_seconds);
+    metric("engine_forward_seconds_total", "counter", "Of which in the model's forward (and token choice).", s.forward_seconds);
     metric("healthy", "gauge", "1 while the engine serves, 0 after a failed step.", s.healthy ? 1.0 : 0.0);
     return out;
   }
