@@ -66,7 +66,7 @@ if has serve; then  # the HTTP server on the GPU under load: latentserve bench s
   $BIN/latentserve serve --device cuda --synthetic ${SERVE_MODEL:-llama3-8b} --port 8123 --max-num-seqs ${SERVE_MAX_SEQS:-64} \
     --max-batched-tokens ${SERVE_BATCHED_TOKENS:-2048} > /tmp/serve.log 2>&1 &
   serve_pid=$!
-  for i in $(seq 1 240); do curl -sf http://127.0.0.1:8123/health > /dev/null && break; sleep 0.5; done
+  for i in $(seq 1 240); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8123/health')" 2> /dev/null && break; sleep 0.5; done
   timeout ${SERVE_TIMEOUT:-300} $BIN/latentserve bench serve --url http://127.0.0.1:8123 --concurrency ${SERVE_CONCURRENCY:-1,8,32,64} \
     --prompt-tokens ${SERVE_PROMPT:-1024} --max-tokens ${SERVE_OUTPUT:-256} --vocab 32000 --json "$OUT/bench_serve.json" 2>&1 | tail -20
   kill -TERM $serve_pid; wait $serve_pid; echo "serve exit code: $?"; tail -12 /tmp/serve.log
