@@ -7,6 +7,11 @@
 
 namespace latentserve {
 
+void record_sample(std::vector<double>& samples, double value) {
+  if (samples.size() >= kMaxLatencySamples) samples.erase(samples.begin(), samples.begin() + std::ptrdiff_t(kMaxLatencySamples / 2));
+  samples.push_back(value);
+}
+
 Percentiles percentiles(std::vector<double> v) {
   Percentiles p;
   p.count = int64_t(v.size());

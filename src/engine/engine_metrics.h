@@ -12,6 +12,11 @@ struct Percentiles {
 };
 Percentiles percentiles(std::vector<double> values);
 
+// Appends to a latency sample, keeping the newest kMaxLatencySamples (a server runs for days:
+// the percentiles describe the recent past instead of growing without bound).
+inline constexpr size_t kMaxLatencySamples = size_t(1) << 20;
+void record_sample(std::vector<double>& samples, double value);
+
 struct EngineMetrics {
   std::vector<double> ttft_ms;        // per finished request: arrival -> first token
   std::vector<double> itl_ms;         // every gap between consecutive tokens of a request

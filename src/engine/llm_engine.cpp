@@ -208,7 +208,7 @@ std::vector<RequestOutput> LLMEngine::step() {
         metrics_.prompt_tokens_total += int64_t(r.prompt.size());
         metrics_.prompt_tokens_cached += r.n_cached_tokens;
       } else {
-        metrics_.itl_ms.push_back(ms_between(r.last_token_time, now));
+        record_sample(metrics_.itl_ms, ms_between(r.last_token_time, now));
       }
       r.last_token_time = now;
       r.output.push_back(sample.token);
@@ -263,10 +263,10 @@ std::vector<RequestOutput> LLMEngine::step() {
     it->n_preemptions = r->n_preemptions;
     if (r->first_token_time) {
       it->ttft_ms = ms_between(r->arrival_time, *r->first_token_time);
-      metrics_.ttft_ms.push_back(it->ttft_ms);
+      record_sample(metrics_.ttft_ms, it->ttft_ms);
       if (r->output.size() >= 2) {
         it->tpot_ms = ms_between(*r->first_token_time, r->last_token_time) / double(r->output.size() - 1);
-        metrics_.tpot_ms.push_back(it->tpot_ms);
+        record_sample(metrics_.tpot_ms, it->tpot_ms);
       }
     }
     (r->aborted ? metrics_.n_aborted : metrics_.n_finished) += 1;
