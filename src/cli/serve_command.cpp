@@ -70,7 +70,8 @@ int run_serve(const ServeArgs& a) {
   sc.max_model_len = config.scheduler.max_model_len;
   sc.vocab_size = int32_t(model->vocab_size());
   sc.api_key = a.api_key;
-  sc.n_http_threads = int(std::max<int64_t>(16, 2 * a.engine.max_num_seqs + 8));
+  // Requests past max_num_seqs wait in the engine's queue, each holding an HTTP thread.
+  sc.n_http_threads = int(std::max<int64_t>(32, 4 * a.engine.max_num_seqs + 16));
   server::OpenAiServer http(async_engine, tok ? &*tok : nullptr, chat ? &*chat : nullptr, sc);
   const int port = http.bind();
   const KvCacheStats kv = engine.kv_manager().stats();
@@ -83,9 +84,10 @@ int run_serve(const ServeArgs& a) {
   std::atomic<bool> serving_done{false};
   std::thread watcher([&] {
     while (!serving_done && !g_stop_requested) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    // stop() is a no-op until listening has begun: repeat until run() has returned.
+    // Responses in flight end with "abort" (up to 2 s), then the sockets close. stop() is a
+    // no-op until listening has begun: repeat until run() has returned.
     while (!serving_done) {
-      http.stop();
+      http.stop(std::chrono::milliseconds(2000));
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });

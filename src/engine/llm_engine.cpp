@@ -107,6 +107,9 @@ ForwardBatch LLMEngine::build_batch(const StepPlan& plan, std::vector<std::vecto
 }
 
 bool LLMEngine::update_text(Request& r, int32_t token, RequestOutput& out) {
+  // The model's vocabulary is often padded past the tokenizer's: such an id has no text
+  // (Hugging Face tokenizers drop unknown ids when decoding).
+  if (!tokenizer_->id_to_token(token)) return false;
   const size_t searched_from = r.text.size();
   r.text += r.detokenizer->step(token);
   size_t longest_stop = 0;

@@ -19,6 +19,11 @@ bool OutputStream::finished() const {
   return (unfinished_ == 0 || failure_) && queue_.empty();
 }
 
+bool OutputStream::all_finished() const {
+  std::lock_guard lock(mutex_);
+  return unfinished_ == 0 || failure_;
+}
+
 std::optional<std::string> OutputStream::failure() const {
   std::lock_guard lock(mutex_);
   return failure_;
@@ -87,6 +92,15 @@ void AsyncEngine::abort(const std::string& id) {
   }
 }
 
+void AsyncEngine::abort_all() {
+  try {
+    post([this] {
+      for (const auto& [id, stream] : streams_) engine_.abort(id);
+    });
+  } catch (const EngineUnavailable&) {
+  }
+}
+
 EngineSnapshot AsyncEngine::snapshot() const {
   std::lock_guard lock(mutex_);
   return snapshot_;
@@ -107,7 +121,7 @@ void AsyncEngine::deliver(std::vector<RequestOutput> outputs) {
     if (it == streams_.end()) continue;  // aborted by its client
     auto stream = it->second;
     stream->push(std::move(o));
-    if (stream->finished() || stream->failure()) streams_.erase(it);
+    if (stream->all_finished()) streams_.erase(it);
   }
 }
 
@@ -126,6 +140,7 @@ void AsyncEngine::refresh_snapshot() {
   s.n_finished = m.n_finished;
   s.n_aborted = m.n_aborted;
   s.n_preemptions = m.n_preemptions;
+  s.n_streams = int64_t(streams_.size());
   s.step_seconds = m.step_seconds;
   s.forward_seconds = m.forward_seconds;
   std::lock_guard lock(mutex_);

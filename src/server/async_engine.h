@@ -33,7 +33,8 @@ class OutputStream {
 
   // What arrived, waiting up to `timeout` when nothing has; empty once finished and drained.
   std::vector<RequestOutput> wait(std::chrono::milliseconds timeout);
-  bool finished() const;                       // every completion finished, or the engine failed
+  bool finished() const;                       // every completion finished, or the engine failed, and all read
+  bool all_finished() const;                   // every completion finished (outputs may still be unread)
   std::optional<std::string> failure() const;  // why the engine failed this request
 
   void push(RequestOutput output);
@@ -55,6 +56,7 @@ struct EngineSnapshot {
   KvCacheStats kv;
   int64_t n_steps = 0, prompt_tokens = 0, prompt_tokens_cached = 0, generated_tokens = 0;
   int64_t n_finished = 0, n_aborted = 0, n_preemptions = 0;
+  int64_t n_streams = 0;               // requests with a stream still open on the engine thread
   double step_seconds = 0, forward_seconds = 0;  // summed over every step (forward: the model's part)
 };
 
@@ -70,6 +72,9 @@ class AsyncEngine {
   // Ends the request at the next step and frees its KV blocks; its stream is dropped. No-op
   // for an unknown or finished id. Never blocks.
   void abort(const std::string& id);
+  // Ends every request at the next step; their streams get the final outputs (finish_reason
+  // "abort"), so responses in flight can end properly before the server stops. Never blocks.
+  void abort_all();
   EngineSnapshot snapshot() const;
   // Aborts every request (their streams finish with "abort"), then stops the thread.
   void shutdown();

@@ -14,8 +14,11 @@ using json = nlohmann::json;
 
 // A value as it appears in an error message (long ones cut).
 std::string shown(const json& v) {
-  std::string s = v.dump();
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() <= 60) return s;
+  size_t cut = 57;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // a whole character
+  return s.substr(0, cut) + "...";
 }
 
 bool present(const json& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
@@ -110,15 +113,27 @@ void parse_common(const json& body, GenerationRequest& r) {
     bad("logit_bias", "'logit_bias' is not supported by this server");
   if (auto v = integer(body, "best_of"); v && *v != p.n)
     bad("best_of", fmt::format("'best_of' other than n ({}) is not supported, found {}", p.n, *v));
+  if (auto v = integer(body, "min_tokens"); v && *v != 0) bad("min_tokens", "'min_tokens' is not supported by this server");
+  if (boolean(body, "include_stop_str_in_output").value_or(false))
+    bad("include_stop_str_in_output", "'include_stop_str_in_output' is not supported by this server");
+  if (!boolean(body, "skip_special_tokens").value_or(true))
+    bad("skip_special_tokens", "'skip_special_tokens': false is not supported (special tokens are always skipped)");
+  if (present(body, "prompt_logprobs")) bad("prompt_logprobs", "'prompt_logprobs' is not supported by this server");
 }
 
-void check_sampling(GenerationRequest& r) {
+// max_tokens_key: the field the client used for the limit (chat: max_completion_tokens).
+void check_sampling(GenerationRequest& r, const std::string& max_tokens_key = "max_tokens") {
   try {
     r.params.validate();
   } catch (const std::exception& e) {
     // validate() names the parameter first: "temperature must be in [0, 2], got 3".
-    const std::string message = e.what();
-    throw ApiError(400, message, message.substr(0, message.find(' ')));
+    std::string message = e.what();
+    std::string param = message.substr(0, message.find(' '));
+    if (param == "max_tokens" && max_tokens_key != param) {
+      message.replace(0, param.size(), max_tokens_key);
+      param = max_tokens_key;
+    }
+    throw ApiError(400, message, param);
   }
 }
 
@@ -202,7 +217,7 @@ json object_head(const ResponseMeta& meta, const char* object) {
 json completion_choice(const ChoiceResult& c, const TokenText& token_text) {
   json choice = {{"index", c.index},
                  {"text", c.text},
-                 {"logprobs", c.samples.empty() ? json(nullptr) : completion_logprobs(c.samples, token_text, 0)},
+                 {"logprobs", c.samples.empty() ? json(nullptr) : completion_logprobs(c.samples, token_text, c.text_offset)},
                  {"finish_reason", nullable(c.finish_reason)}};
   if (c.with_token_ids) choice["token_ids"] = c.tokens;
   return choice;
@@ -268,9 +283,11 @@ GenerationRequest parse_chat_request(const json& body) {
     message["content"] = message_content(m.contains("content") ? m["content"] : json(nullptr), at + ".content");
     r.messages.push_back(std::move(message));
   }
+  std::string max_tokens_key = "max_tokens";
   if (auto v = integer(body, "max_completion_tokens")) {
     r.params.max_tokens = *v;
     r.max_tokens_given = true;
+    max_tokens_key = "max_completion_tokens";
   } else if (auto w = integer(body, "max_tokens")) {
     r.params.max_tokens = *w;
     r.max_tokens_given = true;
@@ -287,13 +304,15 @@ GenerationRequest parse_chat_request(const json& body) {
   }
   if (present(body, "tools") && !(body["tools"].is_array() && body["tools"].empty()))
     bad("tools", "'tools' (function calling) is not supported by this server");
+  if (present(body, "tool_choice") && !(body["tool_choice"] == "none" || body["tool_choice"] == "auto"))
+    bad("tool_choice", "'tool_choice' other than \"none\" or \"auto\" needs tools, which this server does not support");
   if (present(body, "response_format")) {
     const json& f = body["response_format"];
     if (!f.is_object() || f.value("type", "") != "text")
       bad("response_format", fmt::format("only {{\"type\": \"text\"}} is supported as 'response_format', found {}", shown(f)));
   }
   if (!r.max_tokens_given) r.params.max_tokens = 1;  // placeholder for validate(); the server sets the real limit
-  check_sampling(r);
+  check_sampling(r, max_tokens_key);
   return r;
 }
 

@@ -63,6 +63,7 @@ struct ChoiceResult {
   std::vector<int32_t> tokens;
   std::vector<SampleResult> samples;    // one per token, when logprobs were asked for
   bool with_token_ids = false;          // add "token_ids": tokens to the choice
+  int64_t text_offset = 0;              // completions logprobs: where the first token's text starts
 };
 
 struct Usage {

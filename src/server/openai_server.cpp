@@ -7,7 +7,9 @@
 #include <map>
 #include <mutex>
 #include <random>
-#include <set>
+#include <thread>
+#include <atomic>
+#include <cstdio>
 
 #include "core/error.h"
 #include "server/openai_protocol.h"
@@ -52,7 +54,8 @@ struct ResponseState {
   std::shared_ptr<OutputStream> stream;
   std::string echo_text;                        // completions with echo: the prompt's text
   std::map<int32_t, ChoiceResult> choices;      // non-streaming: gathered per index
-  std::set<int32_t> started;                    // streaming: choices that have sent their first chunk
+  bool started = false;                         // streaming: the first chunks are out
+  std::map<int32_t, int64_t> text_offset;       // per choice: bytes of its text so far (logprobs' text_offset)
   Usage usage;
   TokenText token_text;
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
@@ -77,6 +80,8 @@ struct OpenAiServer::Impl {
   httplib::Server http;
   int64_t started_at = unix_seconds();
   int bound_port = -1;
+  std::atomic<int64_t> responses_in_flight{0};  // generation responses between submit and release
+  std::atomic<bool> draining{false};            // stop(): no new generations, let the open ones end
 
   Impl(AsyncEngine& e, const tokenizer::Tokenizer* t, const tokenizer::ChatTemplate* c, ServerConfig cfg)
       : engine(e), tokenizer(t), chat_template(c), config(std::move(cfg)) {
@@ -150,6 +155,11 @@ struct OpenAiServer::Impl {
   void generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
     auto state = std::make_shared<ResponseState>();
     try {
+      if (draining) throw ApiError(503, "the server is shutting down", "", "server_error");
+      // Each open response holds an HTTP thread: past this, /health and /metrics would queue.
+      if (responses_in_flight >= max_responses())
+        throw ApiError(503, fmt::format("the server is busy: {} responses in flight; retry later", max_responses()), "",
+                       "server_error");
       json body;
       try {
         body = json::parse(req.body);
@@ -177,7 +187,11 @@ struct OpenAiServer::Impl {
       if (r.tokens_as_ids || !tok)
         state->token_text = [](int32_t id) { return fmt::format("token_id:{}", id); };
       else
-        state->token_text = [tok](int32_t id) { return tok->decode(std::span<const int32_t>(&id, 1)); };
+        state->token_text = [tok](int32_t id) {
+          // An id past the tokenizer's vocabulary (embedding rows are often padded) has no text.
+          if (!tok->id_to_token(id)) return fmt::format("token_id:{}", id);
+          return tok->decode(std::span<const int32_t>(&id, 1));
+        };
       try {
         state->stream = engine.submit(state->engine_id, std::move(prompt), r.params, r.stop);
       } catch (const EngineUnavailable& e) {
@@ -190,18 +204,33 @@ struct OpenAiServer::Impl {
       return;
     }
     // The client may leave at any point from here: the releaser aborts what is unfinished.
+    ++responses_in_flight;
     auto release = [this, state](bool) {
-      if (!state->stream->finished()) engine.abort(state->engine_id);
+      if (!state->stream->all_finished()) engine.abort(state->engine_id);
+      --responses_in_flight;
+    };
+    // A provider that throws would end the worker thread (and the process): end the response.
+    auto guarded = [state](auto write) {
+      return [state, write](size_t, httplib::DataSink& sink) {
+        try {
+          return write(*state, sink);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "latentserve serve: response %s failed: %s\n", state->meta.id.c_str(), e.what());
+          return false;
+        }
+      };
     };
     if (state->request.stream) {
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider("text/event-stream",
-          [this, state](size_t, httplib::DataSink& sink) { return write_events(*state, sink); }, release);
+          guarded([this](ResponseState& s, httplib::DataSink& sink) { return write_events(s, sink); }), release);
     } else {
       res.set_chunked_content_provider(kJson,
-          [this, state](size_t, httplib::DataSink& sink) { return write_body(*state, sink); }, release);
+          guarded([this](ResponseState& s, httplib::DataSink& sink) { return write_body(s, sink); }), release);
     }
   }
+
+  int64_t max_responses() const { return std::max(1, config.n_http_threads - 8); }
 
   // Non-streaming: gather the choices; until they are done, a space every heartbeat (JSON
   // allows leading whitespace) is what tells us the client is still there.
@@ -217,6 +246,7 @@ struct OpenAiServer::Impl {
         c.finish_reason = o.finish_reason;
         c.tokens = o.output_tokens;
         c.text = s.echo_text + (tokenizer ? o.text : "");
+        c.text_offset = int64_t(s.echo_text.size());
       }
     }
     if (auto why = s.stream->failure()) {
@@ -254,15 +284,27 @@ struct OpenAiServer::Impl {
 
   // Streaming: one SSE event per choice per step, then the usage (when asked) and [DONE].
   bool write_events(ResponseState& s, httplib::DataSink& sink) {
-    auto outputs = s.stream->wait(std::chrono::milliseconds(config.heartbeat_ms));
     const bool chat = s.request.endpoint == Endpoint::ChatCompletions;
+    if (!s.started) {  // chat: every choice opens with its role; completions: the echoed prompt
+      s.started = true;
+      for (int32_t i = 0; i < s.request.params.n; ++i) {
+        ChoiceResult open;
+        open.index = i;
+        open.text = s.echo_text;
+        if (chat ? !send_event(s, sink, chat_chunk(s.meta, open, true, s.token_text))
+                 : !s.echo_text.empty() && !send_event(s, sink, completion_chunk(s.meta, open, s.token_text)))
+          return false;
+        s.text_offset[i] = int64_t(s.echo_text.size());
+      }
+    }
+    auto outputs = s.stream->wait(std::chrono::milliseconds(config.heartbeat_ms));
     for (auto& o : outputs) {
-      const bool first = s.started.insert(o.index).second;
       ChoiceResult delta;
       delta.index = o.index;
       delta.with_token_ids = s.request.return_token_ids || !tokenizer;
-      if (chat && first && !send_event(s, sink, chat_chunk(s.meta, delta, true, s.token_text))) return false;
-      delta.text = (first && !chat ? s.echo_text : "") + (tokenizer ? o.new_text : "");
+      delta.text = tokenizer ? o.new_text : "";
+      delta.text_offset = s.text_offset[o.index];
+      for (const auto& x : o.new_samples) s.text_offset[o.index] += int64_t(s.token_text(x.token).size());
       delta.tokens = o.new_tokens;
       delta.samples = std::move(o.new_samples);
       delta.finish_reason = o.finished ? o.finish_reason : "";
@@ -323,7 +365,7 @@ OpenAiServer::OpenAiServer(AsyncEngine& engine, const tokenizer::Tokenizer* toke
   if (chat_template && !tokenizer) fail("a chat template needs the tokenizer (tokenizer.json) too");
 }
 
-OpenAiServer::~OpenAiServer() { stop(); }
+OpenAiServer::~OpenAiServer() { stop(std::chrono::milliseconds(0)); }
 
 int OpenAiServer::bind() {
   const ServerConfig& c = impl_->config;
@@ -338,8 +380,16 @@ void OpenAiServer::run() {
   impl_->http.listen_after_bind();
 }
 
-void OpenAiServer::stop() {
-  if (impl_->http.is_running()) impl_->http.stop();
+void OpenAiServer::stop(std::chrono::milliseconds drain) {
+  Impl& s = *impl_;
+  if (drain.count() > 0 && !s.draining.exchange(true)) {
+    // Open responses end properly (finish_reason "abort", [DONE]) before the sockets close.
+    s.engine.abort_all();
+    const auto until = std::chrono::steady_clock::now() + drain;
+    while (s.responses_in_flight > 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (s.http.is_running()) s.http.stop();
 }
 
 }  // namespace latentserve::server

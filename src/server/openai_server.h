@@ -5,6 +5,7 @@
 // Bad input gets a 4xx and OpenAI's error object naming the parameter; a request whose
 // client goes away is aborted at once (its KV blocks return to the pool): a streamed
 // response notices on its next write, a plain one through a whitespace heartbeat.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,7 +24,7 @@ struct ServerConfig {
   int64_t max_model_len = 0;            // prompt + completion tokens
   int32_t vocab_size = 0;
   std::string api_key;                  // non-empty: /v1/* need "Authorization: Bearer <key>"
-  int n_http_threads = 64;              // connections served at once (each stream holds one)
+  int n_http_threads = 64;              // connections served at once; generations may hold all but 8
   int heartbeat_ms = 1000;              // a waiting response writes a keep-alive this often
 };
 
@@ -37,7 +38,10 @@ class OpenAiServer {
 
   int bind();   // binds host:port, returns the port (throws Error when it cannot)
   void run();   // serves until stop(); call after bind()
-  void stop();  // safe from any thread
+  // Safe from any thread. New generations get 503; open ones are aborted and given up to
+  // `drain` to write their last chunk ("abort", [DONE]) or body; then the sockets close.
+  // stop() does nothing while run() has not started listening: call it until run() returns.
+  void stop(std::chrono::milliseconds drain = std::chrono::milliseconds(2000));
 
  private:
   struct Impl;

@@ -13,8 +13,7 @@ namespace latentserve::testing {
 namespace {
 
 TEST(OpenAiClient, OfficialNodeClientChecksPass) {
-  if (std::system("node --version > /dev/null 2>&1") != 0)
-    GTEST_SKIP() << "node is not installed (scripts/install-deps.sh installs it)";
+  ASSERT_EQ(std::system("node --version > /dev/null 2>&1"), 0) << "node is not installed (scripts/install-deps.sh installs it)";
   const std::filesystem::path tests_dir = std::filesystem::path(LATENTSERVE_FIXTURES_DIR).parent_path();
   ASSERT_TRUE(std::filesystem::exists(tests_dir / "node_modules" / "openai"))
       << "npm module 'openai' missing: run scripts/install-deps.sh (npm ci in tests/)";

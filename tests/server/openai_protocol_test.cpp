@@ -114,7 +114,12 @@ TEST(OpenAiProtocol, ChatMessagesAndLimits) {
       {{{"messages", {user}}, {"logprobs", true}, {"top_logprobs", 30}}, "top_logprobs"},
       {{{"messages", {user}}, {"tools", {{{"type", "function"}}}}}, "tools"},
       {{{"messages", {user}}, {"response_format", {{"type", "json_object"}}}}, "response_format"},
-      {{{"messages", {user}}, {"max_completion_tokens", -1}}, "max_tokens"},
+      {{{"messages", {user}}, {"max_completion_tokens", -1}}, "max_completion_tokens"},
+      {{{"messages", {user}}, {"max_tokens", 0}}, "max_tokens"},
+      {{{"messages", {user}}, {"tool_choice", "required"}}, "tool_choice"},
+      {{{"messages", {user}}, {"min_tokens", 3}}, "min_tokens"},
+      {{{"messages", {user}}, {"skip_special_tokens", false}}, "skip_special_tokens"},
+      {{{"messages", {user}}, {"include_stop_str_in_output", true}}, "include_stop_str_in_output"},
   };
   for (const auto& [body, param] : bad) {
     const ApiError e = error_of(Endpoint::ChatCompletions, body);

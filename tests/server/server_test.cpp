@@ -333,6 +333,61 @@ TEST(Server, ConcurrentClientsGetTheirOwnResults) {
     EXPECT_EQ(ids_of_logprobs(r.body["choices"][0]["logprobs"]["tokens"]), int_list(ref["greedy"][size_t(i) % 3])) << i;
   }
   EXPECT_TRUE(engine_drains(server.engine()));
+  EXPECT_EQ(server.engine().snapshot().n_streams, 0) << "finished requests keep no stream on the engine thread";
+}
+
+// A model vocabulary past the tokenizer's (ids 200..255 have no text here): greedy tokens
+// there are generated and reported, their text is empty (as HF tokenizers decodes them), and
+// top logprobs name them token_id:N. The server stays healthy.
+TEST(Server, IdsPastTheTokenizerHaveNoText) {
+  TestServer server(TestServer::default_engine_config(), {}, ServedModel::FixtureTokenizerOf200);
+  const json ref = fixture_reference();
+  const auto greedy = int_list(ref["greedy"][0]);  // 187, 249, ...: 249 has no text
+  const Reply r = post(server, "/v1/completions",
+                       {{"prompt", ref["prompts"][0]}, {"max_tokens", greedy.size()}, {"temperature", 0},
+                        {"ignore_eos", true}, {"logprobs", 20}, {"return_token_ids", true}});
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const json& choice = r.body["choices"][0];
+  EXPECT_EQ(int_list(choice["token_ids"]), greedy);
+  std::vector<int32_t> known;
+  for (int32_t t : greedy)
+    if (t < 200) known.push_back(t);
+  EXPECT_EQ(choice["text"], server.tokenizer().decode(known, true));
+  EXPECT_EQ(choice["logprobs"]["tokens"][1], "token_id:249");
+  bool named_by_id = false;
+  for (const auto& [text, lp] : choice["logprobs"]["top_logprobs"][0].items()) named_by_id |= text.rfind("token_id:", 0) == 0;
+  EXPECT_TRUE(named_by_id) << "20 of 256 top tokens, none past the tokenizer's 200?";
+  EXPECT_TRUE(server.engine().snapshot().healthy);
+}
+
+// Stopping the server (SIGTERM in `serve`) with a response open: it ends properly, its last
+// chunk says "abort" and [DONE] follows; the KV blocks are back in the pool.
+TEST(Server, StopEndsOpenResponsesWithAbort) {
+  TestServer server(TestServer::default_engine_config(), {}, ServedModel::SlowSyntheticNoTokenizer);
+  std::promise<void> first_chunk;
+  std::string received;
+  std::thread client([&] {
+    httplib::Client c = server.client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.set_header("Content-Type", "application/json");
+    req.body = json{{"prompt", {1, 2, 3}}, {"max_tokens", 1000}, {"ignore_eos", true}, {"stream", true}}.dump();
+    bool told = false;
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      received.append(data, n);
+      if (!told) first_chunk.set_value();
+      told = true;
+      return true;
+    };
+    c.send(req);
+  });
+  first_chunk.get_future().wait();
+  server.stop_http(std::chrono::milliseconds(5000));
+  client.join();
+  EXPECT_NE(received.find("\"finish_reason\":\"abort\""), std::string::npos) << received.substr(0, 400);
+  EXPECT_EQ(received.substr(received.size() - 14), "data: [DONE]\n\n");
+  EXPECT_TRUE(engine_drains(server.engine()));
 }
 
 }  // namespace

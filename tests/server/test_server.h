@@ -35,14 +35,19 @@ inline nlohmann::json fixture_reference() {
   return nlohmann::json::parse(in);
 }
 
-// The model folder a user would point `serve` at.
-inline std::filesystem::path make_served_model_dir(const std::string& tag) {
+// The model folder a user would point `serve` at. tokenizer_ids: how many of the 256 byte
+// tokens tokenizer.json keeps (fewer: the model's vocabulary is larger than the tokenizer's,
+// as in checkpoints whose embedding rows are padded).
+inline std::filesystem::path make_served_model_dir(const std::string& tag, int tokenizer_ids = 256) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("latentserve_server_" + tag + "_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const char* f : {"config.json", "generation_config.json", "model.safetensors"}) fs::copy_file(kServerFixture / f, dir / f);
-  std::ofstream(dir / "tokenizer.json") << byte_level_tokenizer_json().dump();
+  nlohmann::json tokenizer = byte_level_tokenizer_json();
+  nlohmann::json& vocab = tokenizer["model"]["vocab"];
+  for (auto it = vocab.begin(); it != vocab.end();) it = it.value().get<int>() >= tokenizer_ids ? vocab.erase(it) : std::next(it);
+  std::ofstream(dir / "tokenizer.json") << tokenizer.dump();
   std::ofstream(dir / "tokenizer_config.json")
       << nlohmann::json{{"chat_template", kChatMlTemplate}, {"bos_token", nullptr}, {"eos_token", "\x02"}}.dump();
   return dir;
@@ -59,14 +64,14 @@ inline std::unique_ptr<CausalLM> slow_synthetic_llama(ThreadPool& pool) {
                          std::make_unique<SyntheticWeights>(DType::BF16, 7), pool);
 }
 
-enum class ServedModel { Fixture, SlowSyntheticNoTokenizer };
+enum class ServedModel { Fixture, FixtureTokenizerOf200, SlowSyntheticNoTokenizer };
 
 class TestServer {
  public:
   explicit TestServer(EngineConfig engine_config = default_engine_config(), server::ServerConfig config = {},
                       ServedModel which = ServedModel::Fixture)
-      : dir_(make_served_model_dir("inproc")), pool_(2) {
-    if (which == ServedModel::Fixture) {
+      : dir_(make_served_model_dir("inproc", which == ServedModel::FixtureTokenizerOf200 ? 200 : 256)), pool_(2) {
+    if (which != ServedModel::SlowSyntheticNoTokenizer) {
       model_ = load_causal_lm(dir_, pool_, {});
       tokenizer_ = tokenizer::Tokenizer::from_file((dir_ / "tokenizer.json").string());
       chat_.emplace(tokenizer::ChatTemplate::from_config_file((dir_ / "tokenizer_config.json").string()));
@@ -101,6 +106,9 @@ class TestServer {
     c.scheduler.max_num_batched_tokens = 64;
     return c;
   }
+
+  // What SIGTERM does in `serve`: abort what is open, let it finish its response, close.
+  void stop_http(std::chrono::milliseconds drain) { http_->stop(drain); }
 
   httplib::Client client() const {
     httplib::Client c("127.0.0.1", port_);
