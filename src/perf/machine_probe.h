@@ -36,9 +36,9 @@ class ReadBandwidthProbe {
 
 // GB/s (1e9 bytes) of a threaded, vectorised streaming read (a sum) over a `bytes`
 // buffer far larger than the caches (on transparent huge pages), filled with non-zero
-// data first; the median of `passes` timed passes after one warm-up pass, with 256-bit
-// and with 512-bit loads where the CPU has them, whichever is faster.
-double measure_read_bandwidth_gb_per_s(ThreadPool& pool, size_t bytes = size_t(1) << 30, int passes = 5);
+// data first; the fastest of `passes` timed passes after one warm-up pass, with 256-bit
+// and with 512-bit loads where the CPU has them.
+double measure_read_bandwidth_gb_per_s(ThreadPool& pool, size_t bytes = size_t(1) << 30, int passes = 12);
 
 // GFLOP/s (1e9 FLOP, 2·m·n·k per product) of the f32 matmul that linear()'s prefill
 // path uses by default (oneDNN), on the pool's thread count: C[m, n] = A[m, k] · B[n, k]ᵀ,
