@@ -67,8 +67,12 @@ if has serve; then  # the HTTP server on the GPU under load: latentserve bench s
     --max-batched-tokens ${SERVE_BATCHED_TOKENS:-2048} > /tmp/serve.log 2>&1 &
   serve_pid=$!
   for i in $(seq 1 240); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8123/health')" 2> /dev/null && break; sleep 0.5; done
-  timeout ${SERVE_TIMEOUT:-300} $BIN/latentserve bench serve --url http://127.0.0.1:8123 --concurrency ${SERVE_CONCURRENCY:-1,8,32,64} \
-    --prompt-tokens ${SERVE_PROMPT:-1024} --max-tokens ${SERVE_OUTPUT:-256} --vocab 32000 --json "$OUT/bench_serve.json" 2>&1 | tail -20
+  for t in ${SERVE_TEMPERATURES:-0}; do  # e.g. "0 1": greedy, then sampled (temperature 1, top_p 0.9)
+    top_p=1; [ "$t" = 0 ] || top_p=0.9
+    timeout ${SERVE_TIMEOUT:-300} $BIN/latentserve bench serve --url http://127.0.0.1:8123 --concurrency ${SERVE_CONCURRENCY:-1,8,32,64} \
+      --prompt-tokens ${SERVE_PROMPT:-1024} --max-tokens ${SERVE_OUTPUT:-256} --vocab 32000 --temperature $t --top-p $top_p \
+      --json "$OUT/bench_serve_t$t.json" 2>&1 | tail -12
+  done
   kill -TERM $serve_pid; wait $serve_pid; echo "serve exit code: $?"; tail -12 /tmp/serve.log
 fi
 if has ncu; then  # per-kernel GPU time of one decode step (tools/ncu_step_breakdown.py)

@@ -37,6 +37,7 @@ struct BenchServeArgs {
   int64_t prompt_tokens = 512, max_tokens = 128;
   int64_t vocab = 1000;  // prompt ids are drawn from [1, vocab)
   uint64_t seed = 1;
+  double temperature = 0.0, top_p = 1.0;  // 0: greedy
   std::string api_key;
   std::string json_path = "bench-serve.json";
 };
@@ -141,8 +142,8 @@ int run_bench_serve(const BenchServeArgs& a) {
     fail("--prompt-tokens, --max-tokens must be >= 1 and --vocab >= 2");
   httplib::Client probe = make_client(a);
   const std::string model = a.model.empty() ? served_model(probe) : a.model;
-  fmt::print("bench serve: {} model '{}', prompts of {} random ids in [1, {}), {} tokens out each (ignore_eos)\n", a.url,
-             model, a.prompt_tokens, a.vocab, a.max_tokens);
+  fmt::print("bench serve: {} model '{}', prompts of {} random ids in [1, {}), {} tokens out each (ignore_eos), "
+             "temperature {} top_p {}\n", a.url, model, a.prompt_tokens, a.vocab, a.max_tokens, a.temperature, a.top_p);
   fmt::print("{:>5} {:>5} {:>8} {:>10} {:>18} {:>18} {:>18} {:>12} {:>12} {:>10}\n", "conc", "reqs", "time_s",
              "out_tok/s", "ttft_ms p50/p90", "tpot_ms p50/p90", "itl_ms p50/p99", "step_ms", "forward_ms", "tok/step");
   json results = json::array();
@@ -155,7 +156,8 @@ int run_bench_serve(const BenchServeArgs& a) {
       std::uniform_int_distribution<int64_t> id(1, a.vocab - 1);
       std::vector<int64_t> prompt(size_t(a.prompt_tokens));
       for (auto& t : prompt) t = id(rng);
-      bodies.push_back(json{{"model", model}, {"prompt", prompt}, {"max_tokens", a.max_tokens}, {"temperature", 0},
+      bodies.push_back(json{{"model", model}, {"prompt", prompt}, {"max_tokens", a.max_tokens}, {"temperature", a.temperature},
+                            {"top_p", a.top_p}, {"seed", int64_t(request_serial)},
                             {"ignore_eos", true}, {"stream", true}, {"return_token_ids", true}}.dump());
     }
     const auto before = scrape_metrics(probe);
@@ -211,7 +213,7 @@ int run_bench_serve(const BenchServeArgs& a) {
   std::ofstream out(a.json_path);
   if (!out) fail("--json {}: cannot open for writing", a.json_path);
   out << json{{"url", a.url}, {"model", model}, {"prompt_tokens", a.prompt_tokens}, {"max_tokens", a.max_tokens},
-              {"levels", results}}.dump(2) << "\n";
+              {"temperature", a.temperature}, {"top_p", a.top_p}, {"levels", results}}.dump(2) << "\n";
   return 0;
 }
 
@@ -228,7 +230,9 @@ Command add_bench_serve_command(CLI::App& app) {
   cmd->add_option("--prompt-tokens", a->prompt_tokens, "random prompt ids per request (default 512)");
   cmd->add_option("--max-tokens", a->max_tokens, "tokens generated per request (default 128)");
   cmd->add_option("--vocab", a->vocab, "prompt ids are drawn from [1, vocab) (default 1000)");
-  cmd->add_option("--seed", a->seed, "seed of the prompts");
+  cmd->add_option("--seed", a->seed, "seed of the prompts (request i samples with seed i)");
+  cmd->add_option("--temperature", a->temperature, "sampling temperature (default 0: greedy)");
+  cmd->add_option("--top-p", a->top_p, "nucleus sampling (default 1: off)");
   cmd->add_option("--api-key", a->api_key, "sent as Authorization: Bearer");
   cmd->add_option("--json", a->json_path, "where to write the results (default bench-serve.json)");
   return {cmd, [a] { return run_bench_serve(*a); }};
