@@ -63,6 +63,7 @@ if has cli; then  # the CLI on the GPU: generate (vs the CPU), batch with a devi
   cat /tmp/res.jsonl
 fi
 if has serve; then  # the HTTP server on the GPU under load: latentserve bench serve against latentserve serve
+  serve_run=0  # each bench run its own prompts (--seed): no prefix-cache hits from an earlier run
   $BIN/latentserve serve --device cuda --synthetic ${SERVE_MODEL:-llama3-8b} --port 8123 --max-num-seqs ${SERVE_MAX_SEQS:-64} \
     --max-batched-tokens ${SERVE_BATCHED_TOKENS:-2048} > /tmp/serve.log 2>&1 &
   serve_pid=$!
@@ -71,9 +72,10 @@ if has serve; then  # the HTTP server on the GPU under load: latentserve bench s
     top_p=1; [ "$t" = 0 ] || top_p=0.9
     timeout ${SERVE_TIMEOUT:-300} $BIN/latentserve bench serve --url http://127.0.0.1:8123 --concurrency ${SERVE_CONCURRENCY:-1,8,32,64} \
       --prompt-tokens ${SERVE_PROMPT:-1024} --max-tokens ${SERVE_OUTPUT:-256} --vocab 32000 --temperature $t --top-p $top_p \
+      --seed $((++serve_run)) \
       --json "$OUT/bench_serve_t$t.json" 2>&1 | tail -12
   done
-  kill -TERM $serve_pid; wait $serve_pid; echo "serve exit code: $?"; tail -12 /tmp/serve.log
+  kill -TERM $serve_pid; wait $serve_pid; echo "serve exit code: $?"; grep -i "fail" /tmp/serve.log | head -5; tail -12 /tmp/serve.log
 fi
 if has ncu; then  # per-kernel GPU time of one decode step (tools/ncu_step_breakdown.py)
   NCU=$(command -v ncu || find / -name ncu -type f -path '*nsight-compute*' 2>/dev/null | head -1)
