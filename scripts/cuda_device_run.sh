@@ -70,9 +70,10 @@ if has serve; then  # the HTTP server on the GPU under load: latentserve bench s
   for i in $(seq 1 240); do python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8123/health')" 2> /dev/null && break; sleep 0.5; done
   for t in ${SERVE_TEMPERATURES:-0}; do  # e.g. "0 1": greedy, then sampled (temperature 1, top_p 0.9)
     top_p=1; [ "$t" = 0 ] || top_p=0.9
+    serve_run=$((serve_run + 1))  # here, not inside the pipeline below (a subshell would lose it)
     timeout ${SERVE_TIMEOUT:-300} $BIN/latentserve bench serve --url http://127.0.0.1:8123 --concurrency ${SERVE_CONCURRENCY:-1,8,32,64} \
       --prompt-tokens ${SERVE_PROMPT:-1024} --max-tokens ${SERVE_OUTPUT:-256} --vocab 32000 --temperature $t --top-p $top_p \
-      --seed $((++serve_run)) \
+      --seed $serve_run \
       --json "$OUT/bench_serve_t$t.json" 2>&1 | tail -12
   done
   kill -TERM $serve_pid; wait $serve_pid; echo "serve exit code: $?"; grep -i "fail" /tmp/serve.log | head -5; tail -12 /tmp/serve.log
