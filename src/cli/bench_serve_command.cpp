@@ -97,7 +97,9 @@ RequestTiming run_request(httplib::Client& client, const std::string& body) {
   };
   auto res = client.send(req);
   t.e2e_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  if (!res) t.error = "no response: " + httplib::to_string(res.error());
+  if (!res)
+    t.error = fmt::format("no response: {} after {:.0f} ms and {} tokens", httplib::to_string(res.error()), t.e2e_ms,
+                          t.n_tokens);
   else if (res->status != 200) t.error = fmt::format("HTTP {}: {}", res->status, res->body.substr(0, 300));
   t.ok = t.error.empty() && t.n_tokens > 0;
   if (t.error.empty() && t.n_tokens == 0) t.error = "no token ids in the stream (does the server honour return_token_ids?)";
