@@ -308,7 +308,7 @@ GenerationRequest parse_chat_request(const json& body) {
     bad("tool_choice", "'tool_choice' other than \"none\" or \"auto\" needs tools, which this server does not support");
   if (present(body, "response_format")) {
     const json& f = body["response_format"];
-    if (!f.is_object() || f.value("type", "") != "text")
+    if (!f.is_object() || !f.contains("type") || f["type"] != "text")
       bad("response_format", fmt::format("only {{\"type\": \"text\"}} is supported as 'response_format', found {}", shown(f)));
   }
   if (!r.max_tokens_given) r.params.max_tokens = 1;  // placeholder for validate(); the server sets the real limit

@@ -4,6 +4,8 @@
 
 #include "server/openai_protocol.h"
 
+#include <random>
+
 namespace latentserve::server {
 namespace {
 
@@ -179,6 +181,68 @@ TEST(OpenAiProtocol, ResponseShapes) {
   EXPECT_EQ(err["error"]["type"], "invalid_request_error");
   EXPECT_EQ(err["error"]["param"], "temperature");
   EXPECT_EQ(err["error"]["code"], 400);
+}
+
+}  // namespace
+}  // namespace latentserve::server
+
+namespace latentserve::server {
+namespace {
+
+// Any value in any field: the parser accepts it or throws ApiError 400 naming a parameter;
+// never another exception (a nlohmann type_error would become a 500).
+TEST(OpenAiProtocol, RandomFieldValuesAreAcceptedOrNamed) {
+  std::mt19937_64 rng(20261203);
+  auto random_value = [&](int depth, auto& self) -> json {
+    switch (rng() % (depth > 1 ? 9 : 11)) {
+      case 0: return nullptr;
+      case 1: return bool(rng() % 2);
+      case 2: return int64_t(rng() % 100) - 50;
+      case 3: return int64_t(rng());  // huge
+      case 4: return double(int64_t(rng() % 2000) - 1000) / 7.0;
+      case 5: return std::string("s") + std::to_string(rng() % 10);
+      case 6: return "";
+      case 7: return json::array();
+      case 8: return json::object();
+      case 9: {
+        json a = json::array();
+        for (int i = 0, n = int(rng() % 4); i < n; ++i) a.push_back(self(depth + 1, self));
+        return a;
+      }
+      default: {
+        json o = json::object();
+        for (const char* k : {"role", "content", "type", "text", "include_usage"})
+          if (rng() % 2) o[k] = self(depth + 1, self);
+        return o;
+      }
+    }
+  };
+  const char* fields[] = {"model", "prompt", "messages", "temperature", "top_p", "top_k", "min_p", "n", "seed",
+                          "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs", "echo", "stop",
+                          "stop_token_ids", "stream", "stream_options", "ignore_eos", "presence_penalty",
+                          "frequency_penalty", "repetition_penalty", "logit_bias", "best_of", "tools", "tool_choice",
+                          "response_format", "chat_template_kwargs", "add_generation_prompt", "min_tokens",
+                          "return_token_ids", "return_tokens_as_token_ids", "skip_special_tokens"};
+  int accepted = 0, refused = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    json body = {{"prompt", "x"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}};
+    for (int f = 0, n = 1 + int(rng() % 3); f < n; ++f)
+      body[fields[rng() % std::size(fields)]] = random_value(0, random_value);
+    for (Endpoint e : {Endpoint::Completions, Endpoint::ChatCompletions}) {
+      try {
+        e == Endpoint::Completions ? parse_completion_request(body) : parse_chat_request(body);
+        ++accepted;
+      } catch (const ApiError& err) {
+        ++refused;
+        ASSERT_EQ(err.status, 400) << body.dump();
+        ASSERT_FALSE(err.param.empty()) << body.dump() << " -> " << err.what();
+      } catch (const std::exception& other) {
+        FAIL() << body.dump() << " threw a non-API error: " << other.what();
+      }
+    }
+  }
+  EXPECT_GT(accepted, 100);
+  EXPECT_GT(refused, 1000);
 }
 
 }  // namespace
