@@ -89,6 +89,37 @@ TEST(ServeCommand, AnswersAndStopsOnSigterm) {
   fs::remove_all(dir);
 }
 
+// `bench serve` against a running `serve`: every request streams its tokens, the JSON counts
+// them, and the engine's step time comes back from /metrics.
+TEST(ServeCommand, BenchServeLoadsARunningServer) {
+  const fs::path dir = make_served_model_dir("bench");
+  ServeProcess p = start_serve({"--model", dir.string(), "--port", "0", "--threads", "1", "--kv-cache-mb", "64"}, "bench");
+  const int port = wait_for_port(p);
+  ASSERT_GT(port, 0) << read_all(p.log);
+  const fs::path json_path = fs::temp_directory_path() / ("latentserve_bench_serve_" + std::to_string(getpid()) + ".json");
+  const std::string cmd = std::string(LATENTSERVE_BINARY) + " bench serve --url http://127.0.0.1:" + std::to_string(port) +
+                          " --concurrency 1,3 --requests 6 --prompt-tokens 9 --max-tokens 5 --vocab 200 --json " +
+                          json_path.string() + " > /dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  kill(p.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(p.pid), 0) << read_all(p.log);
+  std::ifstream in(json_path);
+  const nlohmann::json result = nlohmann::json::parse(in);
+  ASSERT_EQ(result["levels"].size(), 2u);
+  for (const auto& level : result["levels"]) {
+    EXPECT_EQ(level["failed"], 0);
+    EXPECT_EQ(level["output_tokens"], 6 * 5);
+    EXPECT_GT(level["ttft_ms"]["p50"].get<double>(), 0.0);
+    EXPECT_GT(level["tpot_ms"]["p50"].get<double>(), 0.0);
+    EXPECT_GT(level["engine_step_ms"].get<double>(), 0.0);
+    EXPECT_GT(level["generated_tokens_per_step"].get<double>(), 0.9);
+  }
+  EXPECT_EQ(result["levels"][1]["concurrency"], 3);
+  fs::remove(json_path);
+  fs::remove(p.log);
+  fs::remove_all(dir);
+}
+
 TEST(ServeCommand, BadFlagsNameThemselves) {
   const fs::path dir = make_served_model_dir("cli_bad");
   struct Case {
