@@ -59,11 +59,13 @@ httplib::Client make_client(const BenchServeArgs& a) {
 }
 
 // One streaming completion; token arrival times from each chunk's "token_ids".
-RequestTiming run_request(httplib::Client& client, const std::string& body) {
+// ok: [DONE] arrived after exactly `expected_tokens` tokens (the requests ignore EOS).
+RequestTiming run_request(httplib::Client& client, const std::string& body, int64_t expected_tokens) {
   RequestTiming t;
   std::string buffer;
   const auto start = Clock::now();
   std::optional<Clock::time_point> last;
+  bool done = false;
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
@@ -74,6 +76,7 @@ RequestTiming run_request(httplib::Client& client, const std::string& body) {
     buffer.append(data, n);
     for (size_t end; (end = buffer.find("\n\n")) != std::string::npos; buffer.erase(0, end + 2)) {
       const std::string event = buffer.substr(0, end);
+      if (event == "data: [DONE]") done = true;
       if (event.rfind("data: {", 0) != 0) continue;  // [DONE], keep-alive comments
       const json chunk = json::parse(event.substr(6), nullptr, false);
       if (chunk.contains("error")) {
@@ -97,12 +100,16 @@ RequestTiming run_request(httplib::Client& client, const std::string& body) {
   };
   auto res = client.send(req);
   t.e2e_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  if (!res)
+  if (!t.error.empty()) {
+    // an error event inside the stream: keep it (the cancelled read says less)
+  } else if (!res)
     t.error = fmt::format("no response: {} after {:.0f} ms and {} tokens", httplib::to_string(res.error()), t.e2e_ms,
                           t.n_tokens);
   else if (res->status != 200) t.error = fmt::format("HTTP {}: {}", res->status, res->body.substr(0, 300));
-  t.ok = t.error.empty() && t.n_tokens > 0;
   if (t.error.empty() && t.n_tokens == 0) t.error = "no token ids in the stream (does the server honour return_token_ids?)";
+  if (t.error.empty() && (!done || t.n_tokens != expected_tokens))
+    t.error = fmt::format("the stream ended after {} of {} tokens{}", t.n_tokens, expected_tokens, done ? "" : " without [DONE]");
+  t.ok = t.error.empty();
   return t;
 }
 
@@ -170,7 +177,7 @@ int run_bench_serve(const BenchServeArgs& a) {
     for (int64_t c = 0; c < conc; ++c)
       clients.emplace_back([&] {
         httplib::Client client = make_client(a);
-        for (int64_t i; (i = next++) < n_requests;) timings[size_t(i)] = run_request(client, bodies[size_t(i)]);
+        for (int64_t i; (i = next++) < n_requests;) timings[size_t(i)] = run_request(client, bodies[size_t(i)], a.max_tokens);
       });
     for (auto& t : clients) t.join();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();

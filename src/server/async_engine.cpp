@@ -53,10 +53,12 @@ AsyncEngine::AsyncEngine(LLMEngine& engine) : engine_(engine) {
 
 AsyncEngine::~AsyncEngine() { shutdown(); }
 
-void AsyncEngine::post(std::function<void()> command) {
+void AsyncEngine::post(std::function<void()> command, bool submission) {
   {
     std::lock_guard lock(mutex_);
-    if (stopping_) throw EngineUnavailable("the server is shutting down");
+    // One critical section with abort_all()'s flag: a submission is either refused here or
+    // queued before abort_all()'s command (which then aborts it).
+    if (stopping_ || (submission && !accepting_)) throw EngineUnavailable("the server is shutting down");
     commands_.push_back(std::move(command));
   }
   wake_.notify_one();
@@ -76,7 +78,7 @@ std::shared_ptr<OutputStream> AsyncEngine::submit(const std::string& id, std::ve
     } catch (...) {
       accepted.set_exception(std::current_exception());
     }
-  });
+  }, /*submission=*/true);
   result.get();  // the engine thread runs every posted command, even while stopping
   return stream;
 }
@@ -93,6 +95,10 @@ void AsyncEngine::abort(const std::string& id) {
 }
 
 void AsyncEngine::abort_all() {
+  {
+    std::lock_guard lock(mutex_);
+    accepting_ = false;  // a submission posted after this is refused; one posted before is aborted below
+  }
   try {
     post([this] {
       for (const auto& [id, stream] : streams_) engine_.abort(id);

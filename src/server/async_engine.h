@@ -73,14 +73,15 @@ class AsyncEngine {
   // for an unknown or finished id. Never blocks.
   void abort(const std::string& id);
   // Ends every request at the next step; their streams get the final outputs (finish_reason
-  // "abort"), so responses in flight can end properly before the server stops. Never blocks.
+  // "abort"), so responses in flight can end properly before the server stops. Later
+  // submissions are refused (EngineUnavailable). Never blocks.
   void abort_all();
   EngineSnapshot snapshot() const;
   // Aborts every request (their streams finish with "abort"), then stops the thread.
   void shutdown();
 
  private:
-  void post(std::function<void()> command);
+  void post(std::function<void()> command, bool submission = false);
   void loop();
   void deliver(std::vector<RequestOutput> outputs);
   void refresh_snapshot();
@@ -90,6 +91,7 @@ class AsyncEngine {
   std::condition_variable wake_;
   std::vector<std::function<void()>> commands_;
   bool stopping_ = false;
+  bool accepting_ = true;                // false after abort_all(): submit() throws EngineUnavailable
   EngineSnapshot snapshot_;
   // Engine thread only:
   std::unordered_map<std::string, std::shared_ptr<OutputStream>> streams_;

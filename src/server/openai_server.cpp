@@ -9,6 +9,9 @@
 #include <random>
 #include <thread>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <sys/socket.h>
 #include <cstdio>
 
 #include "core/error.h"
@@ -152,12 +155,24 @@ struct OpenAiServer::Impl {
     return tokenizer->encode(*r.prompt_text);
   }
 
+  // A place among the responses in flight, taken before anything else (so stop() waits for it
+  // and the busy limit cannot be overrun by a burst); given back unless handed to the releaser.
+  struct InFlightSlot {
+    std::atomic<int64_t>& count;
+    bool handed_over = false;
+    explicit InFlightSlot(std::atomic<int64_t>& c) : count(c) { ++count; }
+    ~InFlightSlot() {
+      if (!handed_over) --count;
+    }
+  };
+
   void generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
     auto state = std::make_shared<ResponseState>();
+    InFlightSlot slot(responses_in_flight);
     try {
       if (draining) throw ApiError(503, "the server is shutting down", "", "server_error");
       // Each open response holds an HTTP thread: past this, /health and /metrics would queue.
-      if (responses_in_flight >= max_responses())
+      if (responses_in_flight > max_responses())
         throw ApiError(503, fmt::format("the server is busy: {} responses in flight; retry later", max_responses()), "",
                        "server_error");
       json body;
@@ -204,7 +219,7 @@ struct OpenAiServer::Impl {
       return;
     }
     // The client may leave at any point from here: the releaser aborts what is unfinished.
-    ++responses_in_flight;
+    slot.handed_over = true;
     auto release = [this, state](bool) {
       if (!state->stream->all_finished()) engine.abort(state->engine_id);
       --responses_in_flight;
@@ -369,8 +384,19 @@ OpenAiServer::~OpenAiServer() { stop(std::chrono::milliseconds(0)); }
 
 int OpenAiServer::bind() {
   const ServerConfig& c = impl_->config;
+  // Debian's cpp-httplib listens with a backlog of 5: 64 clients connecting at once overflowed
+  // it (SYN cookies then failed some connections: client "Read" errors, nothing in the server's
+  // log). Keep the socket and listen again with the system's maximum once bound.
+  int listening_fd = -1;
+  impl_->http.set_socket_options([&listening_fd](socket_t fd) {
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listening_fd = int(fd);
+  });
   const int port = c.port == 0 ? impl_->http.bind_to_any_port(c.host) : (impl_->http.bind_to_port(c.host, c.port) ? c.port : -1);
   if (port < 0) fail("cannot listen on {}:{} (address in use, or not an address of this machine?)", c.host, c.port);
+  if (listening_fd >= 0 && ::listen(listening_fd, SOMAXCONN) != 0)
+    fail("listen(backlog {}) on {}:{} failed: {}", SOMAXCONN, c.host, port, std::strerror(errno));
   impl_->bound_port = port;
   return port;
 }
