@@ -112,6 +112,8 @@ struct OpenAiServer::Impl {
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_text(), "text/plain; version=0.0.4");
     });
+    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
+    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       generate(req, res, Endpoint::Completions);
     });
@@ -166,6 +168,65 @@ struct OpenAiServer::Impl {
     }
   };
 
+  static json parse_body(const httplib::Request& req) {
+    try {
+      return json::parse(req.body);
+    } catch (const json::exception& e) {
+      throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
+    }
+  }
+
+  // vLLM's /tokenize: {"prompt", "add_special_tokens"} or chat {"messages", "add_generation_prompt"}.
+  void tokenize(const httplib::Request& req, httplib::Response& res) {
+    try {
+      const json body = parse_body(req);
+      if (!tokenizer) throw ApiError(400, "this model has no tokenizer.json", "prompt");
+      std::vector<int32_t> ids;
+      if (body.is_object() && body.contains("messages")) {
+        ids = prompt_tokens(parse_chat_request(body));
+      } else {
+        if (!body.is_object() || !body.contains("prompt") || !body["prompt"].is_string())
+          throw ApiError(400, "/tokenize needs 'prompt' (a string) or 'messages'", "prompt");
+        bool add_special = true;
+        if (body.contains("add_special_tokens")) {
+          if (!body["add_special_tokens"].is_boolean())
+            throw ApiError(400, "'add_special_tokens' must be true or false", "add_special_tokens");
+          add_special = body["add_special_tokens"].get<bool>();
+        }
+        ids = tokenizer->encode(body["prompt"].get<std::string>(), add_special);
+      }
+      res.set_content(to_text(json{{"count", ids.size()}, {"max_model_len", config.max_model_len}, {"tokens", ids}}), kJson);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  }
+
+  // vLLM's /detokenize: {"tokens": [ids]} -> {"prompt": text}.
+  void detokenize(const httplib::Request& req, httplib::Response& res) {
+    try {
+      const json body = parse_body(req);
+      if (!tokenizer) throw ApiError(400, "this model has no tokenizer.json", "tokens");
+      if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+        throw ApiError(400, "/detokenize needs 'tokens', a list of token ids", "tokens");
+      std::vector<int32_t> ids;
+      for (const auto& t : body["tokens"]) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tokenizer->vocab_size())
+          throw ApiError(400, fmt::format("'tokens' must hold ids in [0, {}), found {}", tokenizer->vocab_size(), t.dump()),
+                         "tokens");
+        ids.push_back(t.get<int32_t>());
+      }
+      std::string text;
+      try {
+        text = tokenizer->decode(ids);
+      } catch (const Error& e) {
+        throw ApiError(400, e.what(), "tokens");
+      }
+      res.set_content(to_text(json{{"prompt", text}}), kJson);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  }
+
   void generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
     auto state = std::make_shared<ResponseState>();
     InFlightSlot slot(responses_in_flight);
@@ -175,12 +236,7 @@ struct OpenAiServer::Impl {
       if (responses_in_flight > max_responses())
         throw ApiError(503, fmt::format("the server is busy: {} responses in flight; retry later", max_responses()), "",
                        "server_error");
-      json body;
-      try {
-        body = json::parse(req.body);
-      } catch (const json::exception& e) {
-        throw ApiError(400, fmt::format("the request body is not valid JSON: {}", e.what()));
-      }
+      const json body = parse_body(req);
       state->request = endpoint == Endpoint::Completions ? parse_completion_request(body) : parse_chat_request(body);
       GenerationRequest& r = state->request;
       if (!r.model.empty() && r.model != config.served_model_name)

@@ -262,6 +262,29 @@ TEST(Server, ModelsHealthAndMetrics) {
   EXPECT_NE(metrics.find("# TYPE latentserve:kv_cache_usage_perc gauge"), std::string::npos);
 }
 
+// vLLM's /tokenize and /detokenize: the tokenizer's ids (byte-level here: id == byte), the chat
+// prompt as /v1/chat/completions builds it, and errors that name the field.
+TEST(Server, TokenizeAndDetokenize) {
+  TestServer server;
+  const Reply t = post(server, "/tokenize", {{"prompt", "Hi!"}});
+  ASSERT_EQ(t.status, 200) << t.raw;
+  EXPECT_EQ(int_list(t.body["tokens"]), (std::vector<int32_t>{72, 105, 33}));
+  EXPECT_EQ(t.body["count"], 3);
+  EXPECT_EQ(t.body["max_model_len"], 128);
+  const json messages = {{{"role", "user"}, {"content", "Hello?"}}};
+  const Reply chat_ids = post(server, "/tokenize", {{"messages", messages}});
+  ASSERT_EQ(chat_ids.status, 200) << chat_ids.raw;
+  const Reply chat = post(server, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 1}});
+  EXPECT_EQ(chat_ids.body["count"], chat.body["usage"]["prompt_tokens"]);
+  const Reply d = post(server, "/detokenize", {{"tokens", {72, 105, 33}}});
+  ASSERT_EQ(d.status, 200) << d.raw;
+  EXPECT_EQ(d.body["prompt"], "Hi!");
+  const Reply bad = post(server, "/detokenize", {{"tokens", {72, 300}}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.body["error"]["param"], "tokens");
+  EXPECT_EQ(post(server, "/tokenize", {{"prompt", 5}}).body["error"]["param"], "prompt");
+}
+
 TEST(Server, ApiKey) {
   server::ServerConfig config;
   config.api_key = "sesame";
