@@ -357,13 +357,7 @@ int run_bench_decode(const BenchArgs& a) {
     if (runnable) {
       ModelOptions options;
       options.device = a.device;
-      if (from_checkpoint) {
-        model = load_causal_lm(a.model_dir, pool, options);
-      } else {
-        const ModelConfig config =
-            ModelConfig::from_json(nlohmann::json::parse(perf::preset_config_json(shape)), shape.name);
-        model = build_causal_lm(config, std::make_unique<SyntheticWeights>(DType::BF16, 1234), pool, options);
-      }
+      model = from_checkpoint ? load_causal_lm(a.model_dir, pool, options) : synthetic_causal_lm(shape, pool, options);
       // Cached floats per token and layer: K (and as many V) rows, or MLA's one latent row.
       const int64_t row = is_mla ? shape.attention.kv_lora_rank + shape.attention.qk_rope_head_dim
                                  : shape.attention.n_head_kv * shape.attention.head_dim_qk;

@@ -37,9 +37,13 @@ void ModelArgs::add_synthetic_to(CLI::App* cmd) {
 std::unique_ptr<CausalLM> ModelArgs::load(ThreadPool& pool) const {
   if (model_dir.empty() == synthetic.empty()) fail("give exactly one of --model DIR and --synthetic PRESET");
   if (!model_dir.empty()) return load_causal_lm(model_dir, pool, model_options());
-  const perf::ModelShape shape = perf::model_preset(synthetic, "--synthetic");
+  return synthetic_causal_lm(perf::model_preset(synthetic, "--synthetic"), pool, model_options());
+}
+
+std::unique_ptr<CausalLM> synthetic_causal_lm(const perf::ModelShape& shape, ThreadPool& pool,
+                                              const latentserve::ModelOptions& options) {
   const ModelConfig config = ModelConfig::from_json(nlohmann::json::parse(perf::preset_config_json(shape)), shape.name);
-  return build_causal_lm(config, std::make_unique<SyntheticWeights>(DType::BF16, 1234), pool, model_options());
+  return build_causal_lm(config, std::make_unique<SyntheticWeights>(DType::BF16, 1234), pool, options);
 }
 
 latentserve::ModelOptions ModelArgs::model_options() const {

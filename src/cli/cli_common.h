@@ -11,6 +11,7 @@
 #include "engine/offline_runner.h"
 #include "model/causal_lm.h"
 #include "model/model_options.h"
+#include "perf/model_shape.h"
 
 namespace latentserve::cli {
 
@@ -55,6 +56,11 @@ struct PromptArgs {
   void add_to(CLI::App* cmd);
   std::vector<int32_t> ids(const std::string& model_dir) const;
 };
+
+// The model of a preset shape with random bf16 weights (seed 1234): `bench decode --synthetic`
+// and `serve --synthetic`.
+std::unique_ptr<CausalLM> synthetic_causal_lm(const perf::ModelShape& shape, ThreadPool& pool,
+                                              const latentserve::ModelOptions& options);
 
 // "1,17,250" -> {1, 17, 250}; an entry that is not an integer is an Error naming it.
 std::vector<int32_t> parse_token_list(const std::string& text, const std::string& flag);

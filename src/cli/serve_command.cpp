@@ -68,7 +68,6 @@ int run_serve(const ServeArgs& a) {
   sc.served_model_name = a.served_model_name.empty() ? a.model.name() : a.served_model_name;
   sc.model_root = a.model.name();
   sc.max_model_len = config.scheduler.max_model_len;
-  sc.vocab_size = int32_t(model->vocab_size());
   sc.api_key = a.api_key;
   // Requests past max_num_seqs wait in the engine's queue, each holding an HTTP thread.
   sc.n_http_threads = int(std::max<int64_t>(32, 4 * a.engine.max_num_seqs + 16));

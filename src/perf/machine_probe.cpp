@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <limits>
 #include <dnnl.hpp>
 #include <vector>
 
@@ -109,14 +110,12 @@ double measure_read_bandwidth_gb_per_s(ThreadPool& pool, size_t bytes, int passe
   // the floor"); a floor must be what the machine can do, not what it usually does.
   ReadBandwidthProbe probe(pool, bytes);
   const size_t total = std::max(kReadBlockBytes, bytes / kReadBlockBytes * kReadBlockBytes);  // one pass
-  std::vector<double> seconds[2];
+  double best = std::numeric_limits<double>::infinity();
   for (int pass = 0; pass <= passes; ++pass)
     for (int wide = 0; wide <= int(probe.has_wide_loads()); ++wide) {
       const double s = probe.read_seconds(total, wide);
-      if (pass > 0) seconds[wide].push_back(s);  // pass 0 warms up
+      if (pass > 0) best = std::min(best, s);  // pass 0 warms up
     }
-  double best = *std::min_element(seconds[0].begin(), seconds[0].end());
-  if (probe.has_wide_loads()) best = std::min(best, *std::min_element(seconds[1].begin(), seconds[1].end()));
   return double(total) / best / 1e9;
 }
 

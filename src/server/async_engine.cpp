@@ -71,7 +71,7 @@ std::shared_ptr<OutputStream> AsyncEngine::submit(const std::string& id, std::ve
   auto result = accepted.get_future();
   post([&] {
     try {
-      if (!healthy_) throw EngineUnavailable("the engine failed earlier: " + snapshot().failure);
+      if (!failure_.empty()) throw EngineUnavailable("the engine failed earlier: " + failure_);
       engine_.add_request(id, std::move(prompt), std::move(params), std::move(stop));
       streams_[id] = stream;
       accepted.set_value();
@@ -100,11 +100,13 @@ void AsyncEngine::abort_all() {
     accepting_ = false;  // a submission posted after this is refused; one posted before is aborted below
   }
   try {
-    post([this] {
-      for (const auto& [id, stream] : streams_) engine_.abort(id);
-    });
+    post([this] { abort_every_stream(); });
   } catch (const EngineUnavailable&) {
   }
+}
+
+void AsyncEngine::abort_every_stream() {
+  for (const auto& [id, stream] : streams_) engine_.abort(id);  // abort() leaves streams_ alone
 }
 
 EngineSnapshot AsyncEngine::snapshot() const {
@@ -133,8 +135,8 @@ void AsyncEngine::deliver(std::vector<RequestOutput> outputs) {
 
 void AsyncEngine::refresh_snapshot() {
   EngineSnapshot s;
-  s.healthy = healthy_;
-  if (!healthy_) s.failure = snapshot().failure;
+  s.healthy = failure_.empty();
+  s.failure = failure_;
   const EngineMetrics& m = engine_.metrics();
   s.n_running = m.n_running;
   s.n_waiting = m.n_waiting;
@@ -163,13 +165,8 @@ void AsyncEngine::loop() {
       deliver(engine_.step());
     } catch (const std::exception& e) {
       // The engine's state is unknown after a failed step: stop serving, say why.
-      const std::string why = fmt::format("engine step failed: {}", e.what());
-      {
-        std::lock_guard lock(mutex_);
-        snapshot_.failure = why;
-      }
-      healthy_ = false;
-      fail_all(why);
+      failure_ = fmt::format("engine step failed: {}", e.what());
+      fail_all(failure_);
     }
     refresh_snapshot();
   };
@@ -178,20 +175,18 @@ void AsyncEngine::loop() {
     bool stopping;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !commands_.empty() || (healthy_ && engine_.has_unfinished()); });
+      wake_.wait(lock, [&] { return stopping_ || !commands_.empty() || (failure_.empty() && engine_.has_unfinished()); });
       commands.swap(commands_);
       stopping = stopping_;
     }
     for (auto& c : commands) c();
     if (!commands.empty()) refresh_snapshot();
     if (stopping) break;
-    if (healthy_ && engine_.has_unfinished()) step_once();
+    if (failure_.empty() && engine_.has_unfinished()) step_once();
   }
   // Shutting down: every live request ends as "abort" and gives its blocks back.
-  std::vector<std::string> ids;
-  for (const auto& [id, stream] : streams_) ids.push_back(id);
-  for (const auto& id : ids) engine_.abort(id);
-  while (healthy_ && engine_.has_unfinished()) step_once();
+  abort_every_stream();
+  while (failure_.empty() && engine_.has_unfinished()) step_once();
   fail_all("the server is shutting down");
   refresh_snapshot();
 }

@@ -85,6 +85,7 @@ class AsyncEngine {
   void loop();
   void deliver(std::vector<RequestOutput> outputs);
   void refresh_snapshot();
+  void abort_every_stream();  // engine thread: every request with a stream ends at the next step
 
   LLMEngine& engine_;
   mutable std::mutex mutex_;             // guards commands_, stopping_, snapshot_
@@ -95,7 +96,7 @@ class AsyncEngine {
   EngineSnapshot snapshot_;
   // Engine thread only:
   std::unordered_map<std::string, std::shared_ptr<OutputStream>> streams_;
-  bool healthy_ = true;
+  std::string failure_;                  // why a step failed; empty while the engine serves
   std::thread thread_;
 };
 

@@ -3,16 +3,17 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <random>
 #include <thread>
-#include <atomic>
-#include <cerrno>
-#include <cstring>
-#include <sys/socket.h>
-#include <cstdio>
 
 #include "core/error.h"
 #include "server/openai_protocol.h"
@@ -56,6 +57,7 @@ struct ResponseState {
   std::string engine_id;
   std::shared_ptr<OutputStream> stream;
   std::string echo_text;                        // completions with echo: the prompt's text
+  bool with_token_ids = false;                  // choices list their token ids (asked for, or no tokenizer)
   std::map<int32_t, ChoiceResult> choices;      // non-streaming: gathered per index
   bool started = false;                         // streaming: the first chunks are out
   std::map<int32_t, int64_t> text_offset;       // per choice: bytes of its text so far (logprobs' text_offset)
@@ -64,10 +66,10 @@ struct ResponseState {
   std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
 
-void add_usage(Usage& usage, const RequestOutput& o, bool first_finished) {
+void add_usage(Usage& usage, const RequestOutput& o) {
   if (!o.finished) return;
   usage.completion_tokens += int64_t(o.output_tokens.size());
-  if (first_finished) {  // the n completions share one prompt
+  if (usage.prompt_tokens == 0) {  // the first to finish: the n completions share one prompt
     usage.prompt_tokens = o.n_prompt_tokens;
     usage.cached_tokens = o.n_cached_tokens;
   }
@@ -83,7 +85,7 @@ struct OpenAiServer::Impl {
   httplib::Server http;
   int64_t started_at = unix_seconds();
   int bound_port = -1;
-  std::atomic<int64_t> responses_in_flight{0};  // generation responses between submit and release
+  std::atomic<int64_t> responses_in_flight{0};  // generation requests from arrival to the response's release
   std::atomic<bool> draining{false};            // stop(): no new generations, let the open ones end
 
   Impl(AsyncEngine& e, const tokenizer::Tokenizer* t, const tokenizer::ChatTemplate* c, ServerConfig cfg)
@@ -254,15 +256,13 @@ struct OpenAiServer::Impl {
       const bool chat = endpoint == Endpoint::ChatCompletions;
       state->meta = {(chat ? "chatcmpl-" : "cmpl-") + random_hex(32), unix_seconds(), config.served_model_name};
       state->engine_id = state->meta.id;
-      const tokenizer::Tokenizer* tok = tokenizer;
-      if (r.tokens_as_ids || !tok)
-        state->token_text = [](int32_t id) { return fmt::format("token_id:{}", id); };
-      else
-        state->token_text = [tok](int32_t id) {
-          // An id past the tokenizer's vocabulary (embedding rows are often padded) has no text.
-          if (!tok->id_to_token(id)) return fmt::format("token_id:{}", id);
-          return tok->decode(std::span<const int32_t>(&id, 1));
-        };
+      state->with_token_ids = r.return_token_ids || !tokenizer;
+      // A token by its id: when asked, without a tokenizer, or past the tokenizer's vocabulary
+      // (embedding rows are often padded); else its text.
+      state->token_text = [tok = r.tokens_as_ids ? nullptr : tokenizer](int32_t id) {
+        if (!tok || !tok->id_to_token(id)) return fmt::format("token_id:{}", id);
+        return tok->decode(std::span<const int32_t>(&id, 1));
+      };
       try {
         state->stream = engine.submit(state->engine_id, std::move(prompt), r.params, r.stop);
       } catch (const EngineUnavailable& e) {
@@ -310,10 +310,10 @@ struct OpenAiServer::Impl {
     for (auto& o : outputs) {
       ChoiceResult& c = s.choices[o.index];
       c.index = o.index;
-      c.with_token_ids = s.request.return_token_ids || !tokenizer;
+      c.with_token_ids = s.with_token_ids;
       for (auto& x : o.new_samples) c.samples.push_back(std::move(x));
       if (o.finished) {
-        add_usage(s.usage, o, s.usage.prompt_tokens == 0);
+        add_usage(s.usage, o);
         c.finish_reason = o.finish_reason;
         c.tokens = o.output_tokens;
         c.text = s.echo_text + (tokenizer ? o.text : "");
@@ -372,14 +372,14 @@ struct OpenAiServer::Impl {
     for (auto& o : outputs) {
       ChoiceResult delta;
       delta.index = o.index;
-      delta.with_token_ids = s.request.return_token_ids || !tokenizer;
+      delta.with_token_ids = s.with_token_ids;
       delta.text = tokenizer ? o.new_text : "";
       delta.text_offset = s.text_offset[o.index];
       for (const auto& x : o.new_samples) s.text_offset[o.index] += int64_t(s.token_text(x.token).size());
       delta.tokens = o.new_tokens;
       delta.samples = std::move(o.new_samples);
       delta.finish_reason = o.finished ? o.finish_reason : "";
-      add_usage(s.usage, o, o.finished && s.usage.prompt_tokens == 0);
+      add_usage(s.usage, o);
       // Text held back (a possible stop string, an unfinished character) sends nothing yet,
       // unless the client reads token ids.
       if (delta.text.empty() && delta.samples.empty() && delta.finish_reason.empty() &&

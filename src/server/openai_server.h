@@ -22,7 +22,6 @@ struct ServerConfig {
   std::string served_model_name;        // what /v1/models lists and requests must name
   std::string model_root;               // the checkpoint folder (shown in /v1/models)
   int64_t max_model_len = 0;            // prompt + completion tokens
-  int32_t vocab_size = 0;
   std::string api_key;                  // non-empty: /v1/* need "Authorization: Bearer <key>"
   int n_http_threads = 64;              // connections served at once; generations may hold all but 8
   int heartbeat_ms = 1000;              // a waiting response writes a keep-alive this often

@@ -136,7 +136,9 @@ TEST(Server, StreamingEqualsNonStreaming) {
       EXPECT_TRUE(finish.empty()) << "a chunk after the finish reason";
       if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
       if (chat) {
-        if (i == 0) EXPECT_EQ(c["delta"]["role"], "assistant");
+        if (i == 0) {
+          EXPECT_EQ(c["delta"]["role"], "assistant");
+        }
         if (c["delta"].contains("content")) text += c["delta"]["content"].get<std::string>();
       } else {
         text += c["text"].get<std::string>();

@@ -84,7 +84,6 @@ class TestServer {
     config.port = 0;
     if (config.served_model_name.empty()) config.served_model_name = "tiny-llama";
     config.max_model_len = engine_config.scheduler.max_model_len;
-    config.vocab_size = int32_t(model_->vocab_size());
     config_ = config;
     http_ = std::make_unique<server::OpenAiServer>(*async_, tokenizer_ ? &*tokenizer_ : nullptr, chat_ ? &*chat_ : nullptr, config);
     port_ = http_->bind();
