@@ -25,6 +25,7 @@
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/paged_prefill_attention.h"
+#include "backend/cuda/paged_prefill_attention_wgmma.h"
 #include "core/error.h"
 #include "core/fp8.h"
 #include "cuda/gpu_test_util.h"
@@ -316,6 +317,47 @@ TEST(PagedPrefillAttentionVariants, NamesRoundTrip) {
   EXPECT_FALSE(cuda::parse_prefill_kernel_variant("no-such-variant", nullptr));
   EXPECT_EQ(cuda::prefill_kernel_variant_name(cuda::PrefillKernelVariant::kCount), nullptr);
   EXPECT_EQ(cuda::PagedPrefillParams{}.variant, cuda::PrefillKernelVariant::Base) << "the default stays the measured kernel";
+}
+
+// The wgmma kernel's two matrix products on one tile, against f64 on the same bf16 inputs:
+// S = Q K^T (both K-major in the swizzled layout) and O = bf16(S) V (P from registers, V N-major).
+// Random values of mixed sign and magnitude, so a wrong swizzle, descriptor stride or fragment
+// position moves the result by O(1). S is exact f32 accumulation of bf16 products (1e-5); O uses
+// the kernel's own S rounded to bf16 as P, so only its f32 accumulation differs.
+TEST(WgmmaTileProbe, BothProductsMatchF64) {
+  LS_REQUIRE_GPU();
+  cuda::CudaDevice device;
+  std::mt19937 rng(41);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto random_bf16 = [&](size_t n, float scale) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = normal(rng) * scale;
+    return testing::round_to_bf16(x);
+  };
+  const std::vector<float> q = random_bf16(64 * 128, 0.3f), k = random_bf16(128 * 128, 0.3f),
+                           v = random_bf16(128 * 128, 1.0f);
+  const DeviceBuffer dq = to_device(to_bf16_bits(q)), dk = to_device(to_bf16_bits(k)), dv = to_device(to_bf16_bits(v));
+  DeviceBuffer ds = testing::poisoned_f32(64 * 128), d_o = testing::poisoned_f32(64 * 128);
+  cuda::wgmma_attention_tile_probe(dq.data(), dk.data(), dv.data(), static_cast<float*>(ds.data()),
+                                   static_cast<float*>(d_o.data()), device.stream());
+  device.synchronize();
+  const std::vector<float> s = to_host<float>(ds, 64 * 128), o = to_host<float>(d_o, 64 * 128);
+  std::vector<double> s_ref(64 * 128), o_ref(64 * 128);
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 128; ++j) {
+      double acc = 0;
+      for (int d = 0; d < 128; ++d) acc += double(q[i * 128 + d]) * k[j * 128 + d];
+      s_ref[i * 128 + j] = acc;
+    }
+  const std::vector<float> p = testing::round_to_bf16(s);  // the kernel's P
+  for (int i = 0; i < 64; ++i)
+    for (int d = 0; d < 128; ++d) {
+      double acc = 0;
+      for (int j = 0; j < 128; ++j) acc += double(p[i * 128 + j]) * v[j * 128 + d];
+      o_ref[i * 128 + d] = acc;
+    }
+  EXPECT_LT(testing::relative_l2(s, s_ref), 1e-5) << "S = Q K^T";
+  EXPECT_LT(testing::relative_l2(o, o_ref), 1e-5) << "O = P V";
 }
 
 TEST_P(PagedPrefillAttention, MhaRaggedHd128Block16) {

@@ -23,6 +23,8 @@
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernel_error.h"
 #include "backend/cuda/paged_prefill_attention.h"
+#include "backend/cuda/paged_prefill_attention_wgmma.h"
+#include "backend/cuda/tensor_core.cuh"
 
 namespace latentserve::cuda {
 
@@ -49,26 +51,11 @@ struct Config {
   static_assert(kChunks >= 8, "the XOR swizzle needs at least 8 chunks per row");
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of rows of kRowBytes: the chunk
 // index is XORed with row % 8 so the 8 rows an ldmatrix phase reads hit 8 distinct bank groups.
 template <int kRowBytes>
 __device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
   return uint32_t(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
-}
-
-// 16-byte global -> shared copy; valid == false zero-fills the destination (reads nothing).
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
@@ -89,17 +76,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ float exp2_approx(float x) {  // exp2(-inf) = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // Two e4m3 codes (low byte first) -> two bf16 (exact: every e4m3 value is an f16 and a bf16).
@@ -787,13 +763,19 @@ void launch_selected(const PagedPrefillParams& p, cudaStream_t stream) {
         launch_variant<CfgW4M2<HD, F8>, HD, F8>(p, stream);
       return;
     case PrefillKernelVariant::W4M2Exp: launch_variant<CfgW4M2Exp<HD, F8>, HD, F8>(p, stream); return;
+    case PrefillKernelVariant::Wgmma:
+      if (prefill_wgmma_supported(p))
+        launch_prefill_wgmma(p, stream);
+      else  // head_dim 64 or an FP8 cache: the best mma.sync shape
+        launch_variant<CfgW8M2<HD, F8>, HD, F8>(p, stream);
+      return;
     case PrefillKernelVariant::kCount: break;
   }
   kernel_fail("paged_prefill_attention: unknown variant ", int(p.variant));
 }
 
-constexpr const char* kVariantNames[kPrefillKernelVariantCount] = {"base",   "w8m1",     "w4m2",   "w4m2s3",
-                                                                  "w8m2",   "w8m1n128", "w4m2gqa", "w4m2exp"};
+constexpr const char* kVariantNames[kPrefillKernelVariantCount] = {"base", "w8m1",     "w4m2",    "w4m2s3", "w8m2",
+                                                                  "w8m1n128", "w4m2gqa", "w4m2exp", "wgmma"};
 
 __global__ void __launch_bounds__(256) mma_sync_probe_kernel(int mma_per_warp, float* sink) {
   const uint32_t x = pack_bf16x2(1e-3f * float(threadIdx.x & 7), 1e-3f);
@@ -892,6 +874,7 @@ int paged_prefill_query_tile(int head_dim, PrefillKernelVariant variant) {
     case PrefillKernelVariant::W8M1N128: return rows(CfgW8M1N128<64, false>{}, CfgW8M1N128<128, false>{});
     case PrefillKernelVariant::W4M2Gqa: return rows(CfgW4M2Gqa<64, false>{}, CfgW4M2Gqa<128, false>{});
     case PrefillKernelVariant::W4M2Exp: return rows(CfgW4M2Exp<64, false>{}, CfgW4M2Exp<128, false>{});
+    case PrefillKernelVariant::Wgmma: return head_dim == 128 ? 128 : CfgW8M2<64, false>::kBlockM;
     case PrefillKernelVariant::kCount: break;
   }
   return 0;

@@ -33,6 +33,8 @@ enum class PrefillKernelVariant : int {
   W4M2Gqa,    // W4M2 with one CTA per (query tile, KV head): the tile's 128 rows are (query, head of the
               // group) pairs, so each K/V tile is loaded once per group (falls back to W4M2 when group > 128)
   W4M2Exp,    // W4M2 with 1 in 8 of the softmax exp2 on the FMA pipe (degree-3 polynomial), the rest on MUFU
+  Wgmma,      // sm_90a warpgroup MMA: 2 warpgroups x 64 rows, 128-key tiles, 3 stages, 1 CTA/SM; head_dim 128
+              // with bf16 K/V (paged_prefill_attention_wgmma.cu); other shapes and FP8 run W8M2
   kCount
 };
 constexpr int kPrefillKernelVariantCount = int(PrefillKernelVariant::kCount);
@@ -64,7 +66,7 @@ struct PagedPrefillParams {
 // past qsl[n_seqs]) are left untouched.
 void paged_prefill_attention(const PagedPrefillParams& p, cudaStream_t stream);
 
-// The query tile (rows per CTA) the kernel uses for this head_dim: the grid has
+// The query tile (rows per CTA) the kernel uses for this head_dim and a bf16 cache: the grid has
 // ceil(max_query_len / tile) tiles per (sequence, head). For planners and benchmarks. (The Gqa
 // variant's tile holds rows / group queries of group heads each.)
 int paged_prefill_query_tile(int head_dim, PrefillKernelVariant variant = PrefillKernelVariant::Base);
