@@ -14,6 +14,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/kernel_error.h"
 #include "backend/cuda/paged_prefill_attention_wgmma.h"
@@ -49,14 +51,29 @@ __device__ __forceinline__ void copy_row_half(uint32_t tile, int rows, int row, 
   }
 }
 
+// Named barrier `id` (0 is __syncthreads') over `threads` threads: sync waits, arrive does not.
+constexpr int kPingPongBarrier = 1;
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Grid order. kQTilesFastest: grid (query tiles, heads, sequences), so the CTAs resident at one
+// time are the query tiles of one or two (sequence, head) pairs, all streaming the same K/V
+// (L2-resident: a few MB); each pair's heaviest (last) tile first. Otherwise (heads, sequences,
+// query tiles) as the mma.sync kernels: every pair's heaviest tile first, but the resident CTAs
+// then stream ~64 pairs' K/V at once and most of each re-read comes from DRAM.
+template <bool kQTilesFastest>
 __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const PagedPrefillParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t s_q = (smem_u32(smem_raw) + 1023u) & ~1023u;  // swizzle atoms are 1024-byte aligned
   const uint32_t s_stages = s_q + kQBytes;
 
-  const int head = blockIdx.x, seq = blockIdx.y;
-  const int q_tile = int(gridDim.z) - 1 - int(blockIdx.z);  // heaviest (last) query tiles first
+  const int head = kQTilesFastest ? blockIdx.y : blockIdx.x, seq = kQTilesFastest ? blockIdx.z : blockIdx.y;
+  const int q_tile = kQTilesFastest ? int(gridDim.x) - 1 - int(blockIdx.x) : int(gridDim.z) - 1 - int(blockIdx.z);
   const int q_begin = p.query_start_loc[seq];
   const int q_len = p.query_start_loc[seq + 1] - q_begin;
   const int m0 = q_tile * kBlockM;
@@ -86,14 +103,20 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const 
     if (valid) src += (int64_t(q_begin + m0 + copy_row) * p.q_token_stride + int64_t(head) * kHeadDim) * 2;
     copy_row_half(s_q, kBlockM, copy_row, copy_half, src, valid);
   }
-  // ---- K/V tile `tile` into ring slot `stage`; keys outside [kv_lo, kv_end) are zero-filled and
-  // never read (their blocks may not exist), so a masked P = 0 never meets a NaN V.
-  auto load_kv = [&](int tile, int stage) {
-    const int pos = tile * kBlockN + copy_row;
-    const bool valid = pos >= kv_lo && pos < kv_end;
+  // ---- K/V tiles. The block-table entry of this thread's key row of tile `it` is read one
+  // iteration before its copy is issued (block_of), so no copy waits on a global load. Keys
+  // outside [kv_lo, kv_end) are zero-filled and never read (their blocks may not exist), so a
+  // masked P = 0 never meets a NaN V.
+  auto block_of = [&](int it) {
+    const int pos = (tile_hi - it) * kBlockN + copy_row;
+    return it < n_kv_tiles && pos >= kv_lo && pos < kv_end ? table[pos >> log2_block] : -1;
+  };
+  auto load_kv = [&](int it, int block, int stage) {  // tile tile_hi - it into ring slot `stage`
+    const int pos = (tile_hi - it) * kBlockN + copy_row;
+    const bool valid = block >= 0;
     int64_t offset = 0;  // bytes
     if (valid) {
-      const int64_t slot = int64_t(table[pos >> log2_block]) * p.block_size + (pos & (p.block_size - 1));
+      const int64_t slot = int64_t(block) * p.block_size + (pos & (p.block_size - 1));
       offset = (slot * p.n_head_kv + head_kv) * kRowBytes;
     }
     const uint32_t dst_k = s_stages + stage * kStageBytes;
@@ -103,14 +126,14 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const 
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_kv_tiles) load_kv(tile_hi - s, s);
+    if (s < n_kv_tiles) load_kv(s, block_of(s), s);
     cp_async_commit();
   }
+  int next_block = block_of(kStages - 1);  // for the copy issued in iteration 0
 
-  // This warpgroup's real rows: positions [wg_pos_lo, wg_pos_hi]; none when it is past q_len.
+  // This warpgroup's rows start at position wg_pos_lo (rows past q_len are computed, not written).
   const int wg_row0 = wg * 64;
-  const int wg_rows = min(64, q_len - m0 - wg_row0);
-  const int wg_pos_lo = first_pos + m0 + wg_row0, wg_pos_hi = wg_pos_lo + wg_rows - 1;
+  const int wg_pos_lo = first_pos + m0 + wg_row0;
   const int g = lane >> 2, t = lane & 3;  // accumulator coordinates: row group, column pair
   const int row0 = wg_row0 + warp_in_wg * 16 + g;  // this thread's rows: row0 and row0 + 8
   const int row_pos[2] = {first_pos + m0 + row0, first_pos + m0 + row0 + 8};
@@ -127,24 +150,22 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const 
     cp_async_wait<kStages - 2>();             // tile `it` (and Q) have landed for this thread ...
     wgmma::fence_generic_to_async_smem();     // ... are visible to the tensor cores ...
     __syncthreads();                          // ... for all threads; slot (it - 1) % kStages is free again
-    {
-      const int next = it + kStages - 1;
-      int next_stage = stage + kStages - 1;
-      if (next_stage >= kStages) next_stage -= kStages;
-      if (next < n_kv_tiles) load_kv(tile_hi - next, next_stage);
-      cp_async_commit();
-    }
     const uint32_t s_k = s_stages + stage * kStageBytes, s_v = s_k + kTileBytes;
+    int next_stage = stage + kStages - 1;
+    if (next_stage >= kStages) next_stage -= kStages;
     if (++stage == kStages) stage = 0;
 
-    // Warpgroup-uniform: skip a tile none of its rows can see; mask only tiles that cut the
-    // diagonal or a window edge.
+    // Mask only tiles that cut this warpgroup's diagonal or window edge. Every warpgroup runs
+    // every tile, even one none of its rows can see (all masked: P = 0, O unchanged): a wgmma
+    // under a branch ptxas cannot prove uniform is serialised (C7518), which costs far more
+    // than the few masked tiles.
     const int n_start = tile * kBlockN;
-    if (wg_rows <= 0 || n_start > wg_pos_hi) continue;
-    if (window > 0 && n_start + kBlockN - 1 <= wg_pos_lo - window) continue;
     const bool need_mask = n_start + kBlockN - 1 > wg_pos_lo || (window > 0 && n_start <= wg_pos_lo + 63 - window);
 
-    // ---- S = Q K^T over 8 k16 steps (4 per 128-byte half)
+    // ---- S = Q K^T over 8 k16 steps (4 per 128-byte half). Ping-pong: warpgroup 1 issues its
+    // product after warpgroup 0's, so the tensor cores finish S0 first and warpgroup 0's softmax
+    // runs under S1 (and warpgroup 1's under P0 V) instead of both softmaxes at once.
+    if (wg == 1) named_barrier_sync(kPingPongBarrier, kThreads);
     wgmma::fence();
 #pragma unroll
     for (int kd = 0; kd < kHeadDim / 16; ++kd) {
@@ -154,6 +175,11 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const 
       wgmma::m64n128k16_ss(s, a, b, kd > 0);
     }
     wgmma::commit();
+    if (wg == 0) named_barrier_arrive(kPingPongBarrier, kThreads);
+    // The copy of tile it + kStages - 1 goes out while the product runs.
+    if (it + kStages - 1 < n_kv_tiles) load_kv(it + kStages - 1, next_block, next_stage);
+    cp_async_commit();
+    next_block = block_of(it + kStages);
     wgmma::wait<0>();
 
     if (need_mask) {
@@ -289,16 +315,31 @@ bool prefill_wgmma_supported(const PagedPrefillParams& p) {
 }
 
 void launch_prefill_wgmma(const PagedPrefillParams& p, cudaStream_t stream) {
-  // Opting in to > 48 KiB of dynamic shared memory: once, safe during graph capture.
-  static const cudaError_t attribute_status =
-      cudaFuncSetAttribute(paged_prefill_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  // Benchmarking knob: LATENTSERVE_CUDA_PREFILL_GRID=heads runs the heads-fastest grid order.
+  static const bool heads_fastest = [] {
+    const char* v = std::getenv("LATENTSERVE_CUDA_PREFILL_GRID");
+    return v != nullptr && std::strcmp(v, "heads") == 0;
+  }();
+  // Opting in to > 48 KiB of dynamic shared memory: once per kernel, safe during graph capture.
+  static const cudaError_t attribute_status = [] {
+    const cudaError_t a =
+        cudaFuncSetAttribute(paged_prefill_wgmma_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    const cudaError_t b =
+        cudaFuncSetAttribute(paged_prefill_wgmma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    return a != cudaSuccess ? a : b;
+  }();
   LS_CUDA_CHECK(attribute_status);
   const int n_q_tiles = (p.max_query_len + kBlockM - 1) / kBlockM;
-  if (n_q_tiles > 65535)
-    kernel_fail("paged_prefill_attention: max_query_len ", p.max_query_len, " needs ", n_q_tiles,
-                " query tiles, more than the grid's 65535");
-  const dim3 grid(unsigned(p.n_head), unsigned(p.n_seqs), unsigned(n_q_tiles));
-  paged_prefill_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  if (heads_fastest) {
+    if (n_q_tiles > 65535)
+      kernel_fail("paged_prefill_attention: max_query_len ", p.max_query_len, " needs ", n_q_tiles,
+                  " query tiles, more than the grid's 65535");
+    const dim3 grid(unsigned(p.n_head), unsigned(p.n_seqs), unsigned(n_q_tiles));
+    paged_prefill_wgmma_kernel<false><<<grid, kThreads, kSmemBytes, stream>>>(p);
+  } else {
+    const dim3 grid(unsigned(n_q_tiles), unsigned(p.n_head), unsigned(p.n_seqs));
+    paged_prefill_wgmma_kernel<true><<<grid, kThreads, kSmemBytes, stream>>>(p);
+  }
   LS_CUDA_CHECK_LAUNCH("paged_prefill_wgmma_kernel");
 }
 
