@@ -14,8 +14,10 @@ VARIANT=${VARIANT:-wgmma}
 timeout ${NCU_TIMEOUT:-200} $NCU --clock-control none -k "regex:${KERNEL:-prefill}" --launch-skip ${SKIP:-26} --launch-count 1 \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
   --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+  --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active" \
   /tmp/ls/bin/bench_cuda_prefill_attention --variant "$VARIANT" --quick --reps 20 > "$OUT/ncu_prefill_$VARIANT.txt" 2>&1
-grep -E "Duration|Throughput|Pipe|Stall|Warp Cycles|Issued|Eligible|Active|Registers|Shared Memory|L2 Hit|Bank" "$OUT/ncu_prefill_$VARIANT.txt" | head -80
+grep -E "Duration|SM Frequency|L2 Cache Throughput|DRAM Throughput|L2 Hit|Warp Cycles Per Issued" "$OUT/ncu_prefill_$VARIANT.txt" | head -20
+grep -E "stalled|pipe_" "$OUT/ncu_prefill_$VARIANT.txt" | awk '$NF+0 > 0.05' | sort -k3 -g -r | head -60
 if command -v cuobjdump > /dev/null; then
   cuobjdump --dump-sass /tmp/ls/bin/bench_cuda_prefill_attention 2>/dev/null |
     awk -v pat="${SASS_KERNEL:-paged_prefill_wgmma_kernel}" '/Function :/ {keep = index($0, pat) > 0} keep' > "$OUT/sass_$VARIANT.txt"

@@ -764,8 +764,9 @@ void launch_selected(const PagedPrefillParams& p, cudaStream_t stream) {
       return;
     case PrefillKernelVariant::W4M2Exp: launch_variant<CfgW4M2Exp<HD, F8>, HD, F8>(p, stream); return;
     case PrefillKernelVariant::Wgmma:
+    case PrefillKernelVariant::WgmmaM256:
       if (prefill_wgmma_supported(p))
-        launch_prefill_wgmma(p, stream);
+        launch_prefill_wgmma(p, p.variant == PrefillKernelVariant::WgmmaM256 ? 256 : 128, stream);
       else  // head_dim 64 or an FP8 cache: the best mma.sync shape
         launch_variant<CfgW8M2<HD, F8>, HD, F8>(p, stream);
       return;
@@ -775,7 +776,7 @@ void launch_selected(const PagedPrefillParams& p, cudaStream_t stream) {
 }
 
 constexpr const char* kVariantNames[kPrefillKernelVariantCount] = {"base", "w8m1",     "w4m2",    "w4m2s3", "w8m2",
-                                                                  "w8m1n128", "w4m2gqa", "w4m2exp", "wgmma"};
+                                                                  "w8m1n128", "w4m2gqa", "w4m2exp", "wgmma", "wgmma256"};
 
 __global__ void __launch_bounds__(256) mma_sync_probe_kernel(int mma_per_warp, float* sink) {
   const uint32_t x = pack_bf16x2(1e-3f * float(threadIdx.x & 7), 1e-3f);
@@ -874,7 +875,9 @@ int paged_prefill_query_tile(int head_dim, PrefillKernelVariant variant) {
     case PrefillKernelVariant::W8M1N128: return rows(CfgW8M1N128<64, false>{}, CfgW8M1N128<128, false>{});
     case PrefillKernelVariant::W4M2Gqa: return rows(CfgW4M2Gqa<64, false>{}, CfgW4M2Gqa<128, false>{});
     case PrefillKernelVariant::W4M2Exp: return rows(CfgW4M2Exp<64, false>{}, CfgW4M2Exp<128, false>{});
-    case PrefillKernelVariant::Wgmma: return head_dim == 128 ? 128 : CfgW8M2<64, false>::kBlockM;
+    case PrefillKernelVariant::Wgmma: return head_dim == 128 ? prefill_wgmma_query_tile(128) : CfgW8M2<64, false>::kBlockM;
+    case PrefillKernelVariant::WgmmaM256:
+      return head_dim == 128 ? prefill_wgmma_query_tile(256) : CfgW8M2<64, false>::kBlockM;
     case PrefillKernelVariant::kCount: break;
   }
   return 0;

@@ -19,6 +19,7 @@
 #include "backend/cuda/paged_attention_generic.h"
 #include "backend/cuda/paged_decode_attention.h"
 #include "backend/cuda/paged_prefill_attention.h"
+#include "backend/cuda/paged_prefill_attention_wgmma.h"
 #include "backend/cuda/rope_kv_write.h"
 #include "backend/cuda/sampling.h"
 #include "core/error.h"
@@ -433,9 +434,16 @@ class CudaLlamaModel final : public CausalLM {
       p.head_dim = int(c.head_dim);
       p.softmax_scale = scale;
       p.sliding_window = window;
-      // Long prompts: the 256-row tile (8 warps x 32 rows) measured 325 vs 276 TFLOP/s at 8K on
-      // the H200 (bench_cuda_prefill_attention); short chunks keep the 128-row tile.
-      p.variant = shape.max_query_len >= 256 ? cuda::PrefillKernelVariant::W8M2 : cuda::PrefillKernelVariant::Base;
+      // bf16 K/V at head_dim 128: the wgmma kernels (H200, bench_cuda_prefill_attention, GQA-8: the
+      // 256-row tile 434 TFLOP/s at 8K and 275 at 1K, vs 372 / 257 for the 128-row tile and 328 /
+      // 230 for w8m2); chunks shorter than 256 take the 128-row tile (less padding). Otherwise long
+      // prompts take the 256-row mma.sync tile (325 vs 276 TFLOP/s for base at 8K) and short
+      // chunks the 128-row one.
+      const bool long_chunk = shape.max_query_len >= 256;
+      if (cuda::prefill_wgmma_supported(p))
+        p.variant = long_chunk ? cuda::PrefillKernelVariant::WgmmaM256 : cuda::PrefillKernelVariant::Wgmma;
+      else
+        p.variant = long_chunk ? cuda::PrefillKernelVariant::W8M2 : cuda::PrefillKernelVariant::Base;
       if (fast_attention_)
         cuda::paged_prefill_attention(p, stream_);
       else
