@@ -184,13 +184,14 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const 
     const bool need_mask =
         n_start + kBlockN - 1 > wg_pos_lo || (window > 0 && n_start <= wg_pos_lo + 64 * kMB - 1 - window);
 
-    // ---- S = Q K^T over 8 k16 steps (4 per 128-byte half). Ping-pong: warpgroup 1 issues its
-    // products after warpgroup 0's, so the tensor cores finish S0 first and warpgroup 0's softmax
-    // runs under S1 (and warpgroup 1's under P0 V) instead of both softmaxes at once (+11% at 8K).
+    // ---- S = Q K^T over 8 k16 steps (4 per 128-byte half), one commit group per 64-row block.
+    // Ping-pong: warpgroup 1 issues its products after warpgroup 0's, so the tensor cores finish
+    // warpgroup 0's S first and its softmax runs under warpgroup 1's products (and warpgroup 1's
+    // under warpgroup 0's P V) instead of both softmaxes at once (+11% at 8K).
     if (wg == 1) named_barrier_sync(kPingPongBarrier, kThreads);
     wgmma::fence();
 #pragma unroll
-    for (int mb = 0; mb < kMB; ++mb)
+    for (int mb = 0; mb < kMB; ++mb) {
 #pragma unroll
       for (int kd = 0; kd < kHeadDim / 16; ++kd) {
         const uint32_t half_q = (kd >> 2) * (kBlockM * 128), half_k = (kd >> 2) * (kBlockN * 128);
@@ -198,16 +199,22 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const 
         const uint64_t b = wgmma::k_major(s_k + half_k + (kd & 3) * 32);
         wgmma::m64nNk16_ss<kBlockN>(s[mb], a, b, kd > 0);
       }
-    wgmma::commit();
+      wgmma::commit();
+    }
     if (wg == 0) named_barrier_arrive(kPingPongBarrier, kThreads);
     // The copy of tile it + kStages - 1 goes out while the products run.
     if (it + kStages - 1 < n_kv_tiles) load_kv(it + kStages - 1, next_block, next_stage);
     cp_async_commit();
     next_block = block_of(it + kStages);
-    wgmma::wait<0>();
 
+    // Block by block: block mb's softmax runs while the S product of block mb + 1 (or the P V
+    // product of block mb - 1) is still on the tensor cores. When block mb's S is needed, the
+    // groups that may still be in flight are the S of the later blocks and the P V of the
+    // earlier ones: kMB - 1 in all.
 #pragma unroll
     for (int mb = 0; mb < kMB; ++mb) {
+      wgmma::wait<kMB - 1>();
+      wgmma::fence_operand(s[mb]);
       if (need_mask) {
 #pragma unroll
         for (int j = 0; j < kBlockN / 8; ++j)
@@ -244,25 +251,23 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const 
           o[mb][4 * j + 2 * r + 1] *= correction;
         }
       }
-    }
 
-    // ---- O += P V over the tile's k16 steps of keys; P's A fragment of step kk = S columns
-    // 16 kk .. 16 kk + 15, two n8 blocks of the accumulator packed to bf16
-    uint32_t pa[kMB][kBlockN / 16][4];
-#pragma unroll
-    for (int mb = 0; mb < kMB; ++mb)
+      // ---- O += P V over the tile's k16 steps of keys; P's A fragment of step kk = S columns
+      // 16 kk .. 16 kk + 15, two n8 blocks of the accumulator packed to bf16
+      uint32_t pa[kBlockN / 16][4];
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) pa[mb][kk][i] = pack_bf16x2(s[mb][8 * kk + 2 * i], s[mb][8 * kk + 2 * i + 1]);
-    wgmma::fence();
-#pragma unroll
-    for (int mb = 0; mb < kMB; ++mb)
+        for (int i = 0; i < 4; ++i) pa[kk][i] = pack_bf16x2(s[mb][8 * kk + 2 * i], s[mb][8 * kk + 2 * i + 1]);
+      wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk)
-        wgmma::m64n128k16_rs_bt(o[mb], pa[mb][kk], wgmma::mn_major(s_v + kk * 16 * 128, kBlockN * 128), 1);
-    wgmma::commit();
+        wgmma::m64n128k16_rs_bt(o[mb], pa[kk], wgmma::mn_major(s_v + kk * 16 * 128, kBlockN * 128), 1);
+      wgmma::commit();
+    }
     wgmma::wait<0>();
+#pragma unroll
+    for (int mb = 0; mb < kMB; ++mb) wgmma::fence_operand(o[mb]);
   }
   cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
 

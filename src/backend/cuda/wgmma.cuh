@@ -52,6 +52,13 @@ template <int N>
 __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// Pins the compiler's view of accumulator registers at this point (after a wait): no access to
+// them moves above it, onto registers an in-flight wgmma still owns.
+template <int N>
+__device__ __forceinline__ void fence_operand(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
 // Shared memory written through the generic proxy (st.shared, cp.async) must be fenced
 // before the async proxy (wgmma) reads it; then a barrier.
 __device__ __forceinline__ void fence_generic_to_async_smem() {
