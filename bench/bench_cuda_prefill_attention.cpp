@@ -18,8 +18,8 @@
 //
 // A benchmark: asserts nothing beyond "the output has no NaN" (exit status 1 otherwise).
 //
-//   bench_cuda_prefill_attention [--quick] [--reps N] [--json FILE] [--all-variants | --variant NAME[,NAME...]]
-//   (default: all variants; --variant may repeat)
+//   bench_cuda_prefill_attention [--quick] [--fp8] [--reps N] [--json FILE] [--all-variants | --variant NAME[,NAME...]]
+//   (default: all variants; --variant may repeat; --fp8: an e4m3 cache with per-tensor scales)
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -38,6 +38,7 @@
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/paged_prefill_attention.h"
+#include "core/fp8.h"
 
 using namespace latentserve;
 
@@ -83,7 +84,7 @@ double median(std::vector<double> x) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, fp8 = false;
   int reps = 30;
   std::string json_path = "bench_cuda_prefill_attention.json";
   std::vector<cuda::PrefillKernelVariant> variants;
@@ -92,7 +93,7 @@ int main(int argc, char** argv) {
     for (int v = 0; v < cuda::kPrefillKernelVariantCount; ++v)
       names += std::string(v ? ", " : "") + cuda::prefill_kernel_variant_name(cuda::PrefillKernelVariant(v));
     fmt::print(stderr,
-               "usage: {} [--quick] [--reps N>=20] [--json FILE] [--all-variants | --variant NAME[,NAME...]]\n"
+               "usage: {} [--quick] [--fp8] [--reps N>=20] [--json FILE] [--all-variants | --variant NAME[,NAME...]]\n"
                "variants: {}\n",
                argv[0], names);
     return 2;
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--quick") quick = true;
+    else if (flag == "--fp8") fp8 = true;
     else if (flag == "--reps" && i + 1 < argc) reps = std::max(20, std::stoi(argv[++i]));
     else if (flag == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (flag == "--all-variants") all_variants = true;
@@ -163,6 +165,9 @@ int main(int argc, char** argv) {
   q.upload(random_bf16(size_t(kTokens) * kHeads * kHeadDim, 1).data(), q.bytes());
   cuda::DeviceBuffer out(size_t(kTokens) * kHeads * kHeadDim * 2);
   std::mt19937 rng(7);
+  const float one = 1.0f;
+  cuda::DeviceBuffer unit_scale(sizeof(float));  // the FP8 cache's per-tensor K and V scale
+  unit_scale.upload(&one, sizeof(float));
 
   std::vector<Row> rows;
   bool any_nan = false;
@@ -171,9 +176,20 @@ int main(int argc, char** argv) {
   LS_CUDA_CHECK(cudaEventCreate(&stop));
   for (const auto& [kind, n_head_kv] : kinds) {
     const size_t cache_elems = size_t(kTokens) * n_head_kv * kHeadDim;
-    cuda::DeviceBuffer k(cache_elems * 2), v(cache_elems * 2);
-    k.upload(random_bf16(cache_elems, 2).data(), k.bytes());
-    v.upload(random_bf16(cache_elems, 3).data(), v.bytes());
+    const size_t elem_bytes = fp8 ? 1 : 2;
+    cuda::DeviceBuffer k(cache_elems * elem_bytes), v(cache_elems * elem_bytes);
+    if (fp8) {  // e4m3 codes of the same random values (scale 1)
+      auto codes = [](const std::vector<uint16_t>& bits) {
+        std::vector<uint8_t> out(bits.size());
+        for (size_t i = 0; i < bits.size(); ++i) out[i] = f32_to_fp8_e4m3(bf16_bits_to_f32(bits[i]));
+        return out;
+      };
+      k.upload(codes(random_bf16(cache_elems, 2)).data(), k.bytes());
+      v.upload(codes(random_bf16(cache_elems, 3)).data(), v.bytes());
+    } else {
+      k.upload(random_bf16(cache_elems, 2).data(), k.bytes());
+      v.upload(random_bf16(cache_elems, 3).data(), v.bytes());
+    }
     for (int context : contexts) {
       const int batch = kTokens / context, blocks_per_seq = context / kBlockSize;
       std::vector<int32_t> qsl(size_t(batch) + 1), seq_lens(size_t(batch), context), pool(static_cast<size_t>(n_blocks));
@@ -190,7 +206,9 @@ int main(int argc, char** argv) {
       p.q_token_stride = int64_t(kHeads) * kHeadDim;
       p.kv.k = k.data();
       p.kv.v = v.data();
-      p.kv.dtype = cuda::KvDtype::Bf16;
+      p.kv.dtype = fp8 ? cuda::KvDtype::Fp8E4M3 : cuda::KvDtype::Bf16;
+      p.kv.k_scale = p.kv.v_scale = fp8 ? unit_scale.as<float>() : nullptr;
+      p.kv.scale_head_stride = 0;
       p.out = out.data();
       p.query_start_loc = d_qsl.as<int32_t>();
       p.seq_lens = d_lens.as<int32_t>();
@@ -248,8 +266,8 @@ int main(int argc, char** argv) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
 
-  fmt::print("\ncausal bf16 prefill, head_dim {}, {} q heads, {} tokens per launch, block_size {}, median of {}\n",
-             kHeadDim, kHeads, kTokens, kBlockSize, reps);
+  fmt::print("\ncausal prefill, {} K/V, head_dim {}, {} q heads, {} tokens per launch, block_size {}, median of {}\n",
+             fp8 ? "e4m3 (per-tensor scale 1)" : "bf16", kHeadDim, kHeads, kTokens, kBlockSize, reps);
   // Summary: TFLOP/s, one column per variant, one line per shape.
   fmt::print("{:<6} {:>7}", "kind", "context");
   for (auto v : variants) fmt::print(" {:>9}", cuda::prefill_kernel_variant_name(v));
@@ -277,6 +295,7 @@ int main(int argc, char** argv) {
                       {"device", device.name()},
                       {"flops_formula", "4 * n_head * head_dim * sum_s L_s (L_s + 1) / 2"},
                       {"block_size", kBlockSize},
+                      {"kv_dtype", fp8 ? "fp8_e4m3" : "bf16"},
                       {"reps", reps},
                       {"mma_sync_peak_tflops", mma_peak_tflops},
                       {"rows", jrows}};

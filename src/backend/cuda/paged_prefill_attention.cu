@@ -78,13 +78,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two e4m3 codes (low byte first) -> two bf16 (exact: every e4m3 value is an f16 and a bf16).
-__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two_codes) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
-  const float2 f = __half22float2(__half2(h));
-  return pack_bf16x2(f.x, f.y);
-}
-
 template <int HeadDim, bool Fp8>
 __global__ void __launch_bounds__(Config<HeadDim, Fp8>::kThreads, Config<HeadDim, Fp8>::kMinBlocksPerSm)
     paged_prefill_kernel(const PagedPrefillParams p) {
@@ -767,7 +760,7 @@ void launch_selected(const PagedPrefillParams& p, cudaStream_t stream) {
     case PrefillKernelVariant::WgmmaM256:
       if (prefill_wgmma_supported(p))
         launch_prefill_wgmma(p, p.variant == PrefillKernelVariant::WgmmaM256 ? 256 : 128, stream);
-      else  // head_dim 64 or an FP8 cache: the best mma.sync shape
+      else  // head_dim 64: the best mma.sync shape
         launch_variant<CfgW8M2<HD, F8>, HD, F8>(p, stream);
       return;
     case PrefillKernelVariant::kCount: break;

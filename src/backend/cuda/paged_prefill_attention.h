@@ -33,8 +33,8 @@ enum class PrefillKernelVariant : int {
   W4M2Gqa,    // W4M2 with one CTA per (query tile, KV head): the tile's 128 rows are (query, head of the
               // group) pairs, so each K/V tile is loaded once per group (falls back to W4M2 when group > 128)
   W4M2Exp,    // W4M2 with 1 in 8 of the softmax exp2 on the FMA pipe (degree-3 polynomial), the rest on MUFU
-  Wgmma,      // sm_90a warpgroup MMA: 2 warpgroups x 64 rows, 128-key tiles, 3 stages, 1 CTA/SM; head_dim 128
-              // with bf16 K/V (paged_prefill_attention_wgmma.cu); other shapes and FP8 run W8M2
+  Wgmma,      // sm_90a warpgroup MMA: 2 warpgroups x 64 rows, 128-key tiles, 3 stages, 1 CTA/SM; head_dim 128,
+              // bf16 or FP8 K/V (paged_prefill_attention_wgmma.cu); head_dim 64 runs W8M2
   WgmmaM256,  // Wgmma with 2 warpgroups x 128 rows (256-row tile), 64-key tiles, 5 stages
   kCount
 };

@@ -1,6 +1,7 @@
 // Paged prefill attention on Hopper's warpgroup MMA (design: docs/cuda-prefill-attention.md,
 // "The wgmma kernels"). Same function as paged_prefill_attention.cu's kernels, head_dim 128,
-// bf16 caches.
+// bf16 or FP8 (e4m3) caches: FP8 tiles travel raw and are widened to bf16 in shared memory once
+// per tile (exact), the per-head scales folded into the score scale and the output.
 //
 // One CTA of two warpgroups per (query tile, query head, sequence); each warpgroup owns one or two
 // blocks of 64 query rows (Tile: 128 rows x 128-key tiles, or 256 rows x 64-key tiles). K/V tiles
@@ -40,14 +41,24 @@ struct Tile {
   static constexpr int kTileBytes = kBlockN * kRowBytes;  // one K (or V) tile
   static constexpr int kQBytes = kBlockM * kRowBytes;
   static constexpr int kStageBytes = 2 * kTileBytes;      // K then V
-  static constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + 1024;  // + room to align to 1024
   static constexpr int kCopyThreadsPerRow = kThreads / kBlockN;  // K/V rows: one pass of the CTA
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA");
   static_assert(kBlockN == 64 || kBlockN == 128, "S tiles of m64n64 or m64n128");
   static_assert(kBlockM % 128 == 0, "Q rows: passes of 128 rows, 2 threads each");
 };
 using TileM128 = Tile<1, 128, 3>;  // 128 x 128: Q 32 KiB + 3 x 64 KiB
 using TileM256 = Tile<2, 64, 5>;   // 256 x 64: Q 64 KiB + 5 x 32 KiB; half the K/V bytes per FLOP
+
+// Shared memory of a tile shape for bf16 or FP8 (e4m3) K/V: [Q][ring of K, V tiles][FP8: the
+// current tile's K and V widened to bf16]. FP8 rings hold the raw codes (rows of 128 bytes).
+template <class T, bool kFp8>
+struct Smem {
+  static constexpr int kRawTileBytes = T::kBlockN * kHeadDim;  // one FP8 K (or V) tile
+  static constexpr int kStageBytes = kFp8 ? 2 * kRawTileBytes : T::kStageBytes;
+  static constexpr int kWideOffset = T::kQBytes + T::kStages * kStageBytes;
+  static constexpr int kBytes = kWideOffset + (kFp8 ? 2 * T::kTileBytes : 0) + 1024;  // + room to align to 1024
+  static constexpr int kRawCopyThreadsPerRow = kThreads / T::kBlockN;  // 8 chunks per FP8 row
+  static_assert(kBytes <= 227 * 1024, "shared memory per CTA");
+};
 
 // Copies row `row` of a [rows, 128] bf16 tile from `src` (16 chunks of 16 bytes) into the
 // swizzled layout; the row is shared by kTpr adjacent threads (h = 0 .. kTpr - 1) that take
@@ -74,14 +85,15 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 // or two (sequence, head) pairs, all streaming the same few MB of K/V, so the re-reads hit L2 (95%
 // measured at 8K; heads fastest, as the mma.sync kernels order their grid: 60%, with 1.4 TB/s
 // from DRAM, at the same speed). Each pair's heaviest (last) query tile goes first.
-template <class T>
+template <class T, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const PagedPrefillParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = Smem<T, kFp8>;
   constexpr int kBlockM = T::kBlockM, kBlockN = T::kBlockN, kStages = T::kStages, kMB = T::kMBlocks;
   constexpr int kSAcc = kBlockN / 2;  // S accumulators per thread per 64-row block
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t s_q = (smem_u32(smem_raw) + 1023u) & ~1023u;  // swizzle atoms are 1024-byte aligned
-  const uint32_t s_stages = s_q + T::kQBytes;
+  const uint32_t s_stages = s_q + T::kQBytes;  // the K/V ring
 
   const int head = blockIdx.y, seq = blockIdx.z;
   const int q_tile = int(gridDim.x) - 1 - int(blockIdx.x);  // heaviest (last) query tile of the pair first
@@ -119,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const 
   // tile `it` is read one iteration before its copy is issued (block_of), so no copy waits on a
   // global load. Keys outside [kv_lo, kv_end) are zero-filled and never read (their blocks may
   // not exist), so a masked P = 0 never meets a NaN V.
-  constexpr int kTpr = T::kCopyThreadsPerRow;
+  constexpr int kTpr = kFp8 ? S::kRawCopyThreadsPerRow : T::kCopyThreadsPerRow;
   const int copy_row_index = tid / kTpr, copy_part = tid % kTpr;
   auto block_of = [&](int it) {
     const int pos = (tile_hi - it) * kBlockN + copy_row_index;
@@ -131,12 +143,53 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const 
     int64_t offset = 0;  // bytes
     if (valid) {
       const int64_t slot = int64_t(block) * p.block_size + (pos & (p.block_size - 1));
-      offset = (slot * p.n_head_kv + head_kv) * kRowBytes;
+      offset = (slot * p.n_head_kv + head_kv) * (kFp8 ? kHeadDim : kRowBytes);
     }
-    const uint32_t dst_k = s_stages + stage * T::kStageBytes;
-    copy_row<kTpr>(dst_k, kBlockN, copy_row_index, copy_part, static_cast<const unsigned char*>(p.kv.k) + offset, valid);
-    copy_row<kTpr>(dst_k + T::kTileBytes, kBlockN, copy_row_index, copy_part,
-                   static_cast<const unsigned char*>(p.kv.v) + offset, valid);
+    const unsigned char* k_src = static_cast<const unsigned char*>(p.kv.k) + offset;
+    const unsigned char* v_src = static_cast<const unsigned char*>(p.kv.v) + offset;
+    const uint32_t dst_k = s_stages + stage * S::kStageBytes;
+    if constexpr (kFp8) {  // raw codes, row-major rows of 128 bytes; kTpr threads a row, 8 / kTpr chunks each
+#pragma unroll
+      for (int i = 0; i < 8 / kTpr; ++i) {
+        const int c = copy_part + kTpr * i;
+        const uint32_t dst = uint32_t(copy_row_index * kHeadDim + 16 * c);
+        cp_async_16(dst_k + dst, valid ? k_src + 16 * c : k_src, valid);
+        cp_async_16(dst_k + S::kRawTileBytes + dst, valid ? v_src + 16 * c : v_src, valid);
+      }
+    } else {
+      copy_row<kTpr>(dst_k, kBlockN, copy_row_index, copy_part, k_src, valid);
+      copy_row<kTpr>(dst_k + T::kTileBytes, kBlockN, copy_row_index, copy_part, v_src, valid);
+    }
+  };
+  // FP8: the raw K and V codes of ring slot `stage` -> the bf16 tiles at s_wide, swizzled (exact:
+  // every e4m3 value is a bf16).
+  const uint32_t s_wide = s_q + S::kWideOffset;
+  auto widen_fp8 = [&](int stage) {
+    constexpr int kItems = 2 * kBlockN * 8;  // K and V rows x 8 chunks of 16 codes
+    static_assert(kItems % kThreads == 0, "widening must split evenly");
+#pragma unroll
+    for (int i = 0; i < kItems / kThreads; ++i) {
+      const int idx = tid + i * kThreads;
+      const int which = idx / (kBlockN * 8), r = (idx / 8) % kBlockN, c = idx % 8;
+      const uint32_t raw = s_stages + stage * S::kStageBytes + which * S::kRawTileBytes + r * kHeadDim + 16 * c;
+      uint32_t w[4];
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                   : "r"(raw));
+      uint32_t out[8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        out[2 * j] = fp8x2_to_bf16x2(w[j] & 0xffffu);
+        out[2 * j + 1] = fp8x2_to_bf16x2(w[j] >> 16);
+      }
+      const uint32_t wide = s_wide + which * T::kTileBytes;
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(wide + wgmma::swizzled_offset(r, 2 * c, kBlockN)),
+                   "r"(out[0]), "r"(out[1]), "r"(out[2]), "r"(out[3])
+                   : "memory");
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(wide + wgmma::swizzled_offset(r, 2 * c + 1, kBlockN)),
+                   "r"(out[4]), "r"(out[5]), "r"(out[6]), "r"(out[7])
+                   : "memory");
+    }
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -150,7 +203,13 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const 
   const int wg_pos_lo = first_pos + m0 + wg_row0;
   const int g = lane >> 2, t = lane & 3;  // accumulator coordinates: row group, column pair
   const int row0 = wg_row0 + warp_in_wg * 16 + g;  // this thread's rows: row0 + 64 mb + {0, 8}
-  const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  // FP8: one KV head per CTA, so its scales fold exactly into the score scale (k) and the output (v).
+  float k_scale = 1.0f, v_scale = 1.0f;
+  if constexpr (kFp8) {
+    k_scale = p.kv.k_scale[head_kv * p.kv.scale_head_stride];
+    v_scale = p.kv.v_scale[head_kv * p.kv.scale_head_stride];
+  }
+  const float scale_log2 = p.softmax_scale * 1.4426950408889634f * k_scale;
 
   // Accumulators of block mb: element 4 j + e at (row row0 + 64 mb + (e < 2 ? 0 : 8), column 8 j + 2 t + e % 2)
   float o[kMB][64], s[kMB][kSAcc];
@@ -171,7 +230,12 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const 
     cp_async_wait<kStages - 2>();             // tile `it` (and Q) have landed for this thread ...
     wgmma::fence_generic_to_async_smem();     // ... are visible to the tensor cores ...
     __syncthreads();                          // ... for all threads; slot (it - 1) % kStages is free again
-    const uint32_t s_k = s_stages + stage * T::kStageBytes, s_v = s_k + T::kTileBytes;
+    if constexpr (kFp8) {
+      widen_fp8(stage);
+      wgmma::fence_generic_to_async_smem();
+      __syncthreads();
+    }
+    const uint32_t s_k = kFp8 ? s_wide : s_stages + stage * S::kStageBytes, s_v = s_k + T::kTileBytes;
     int next_stage = stage + kStages - 1;
     if (next_stage >= kStages) next_stage -= kStages;
     if (++stage == kStages) stage = 0;
@@ -280,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const 
       float l = row_sum[mb][r];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const float inv = l > 0.0f ? v_scale / l : 0.0f;
       const int m = row0 + 64 * mb + 8 * r;
       if (m0 + m >= q_len) continue;
       __nv_bfloat16* dst = out + (int64_t(q_begin + m0 + m) * p.n_head + head) * kHeadDim + 2 * t;
@@ -346,31 +410,31 @@ __global__ void __launch_bounds__(128) wgmma_tile_probe_kernel(const unsigned ch
 #endif
 }
 
-template <class T>
+template <class T, bool kFp8>
 void launch_kernel(const PagedPrefillParams& p, cudaStream_t stream) {
-  // Opting in to > 48 KiB of dynamic shared memory: once per shape, safe during graph capture.
+  constexpr int kSmem = Smem<T, kFp8>::kBytes;
+  // Opting in to > 48 KiB of dynamic shared memory: once per instantiation, safe during graph capture.
   static const cudaError_t attribute_status =
-      cudaFuncSetAttribute(paged_prefill_wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+      cudaFuncSetAttribute(paged_prefill_wgmma_kernel<T, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   LS_CUDA_CHECK(attribute_status);
   const int n_q_tiles = (p.max_query_len + T::kBlockM - 1) / T::kBlockM;
   const dim3 grid(unsigned(n_q_tiles), unsigned(p.n_head), unsigned(p.n_seqs));
-  paged_prefill_wgmma_kernel<T><<<grid, kThreads, T::kSmemBytes, stream>>>(p);
+  paged_prefill_wgmma_kernel<T, kFp8><<<grid, kThreads, kSmem, stream>>>(p);
   LS_CUDA_CHECK_LAUNCH("paged_prefill_wgmma_kernel");
 }
 
 }  // namespace
 
-bool prefill_wgmma_supported(const PagedPrefillParams& p) {
-  return p.head_dim == kHeadDim && p.kv.dtype == KvDtype::Bf16;
-}
+bool prefill_wgmma_supported(const PagedPrefillParams& p) { return p.head_dim == kHeadDim; }
 
 int prefill_wgmma_query_tile(int query_rows) { return query_rows == 256 ? TileM256::kBlockM : TileM128::kBlockM; }
 
 void launch_prefill_wgmma(const PagedPrefillParams& p, int query_rows, cudaStream_t stream) {
+  const bool fp8 = p.kv.dtype == KvDtype::Fp8E4M3;
   if (query_rows == 256)
-    launch_kernel<TileM256>(p, stream);
+    fp8 ? launch_kernel<TileM256, true>(p, stream) : launch_kernel<TileM256, false>(p, stream);
   else
-    launch_kernel<TileM128>(p, stream);
+    fp8 ? launch_kernel<TileM128, true>(p, stream) : launch_kernel<TileM128, false>(p, stream);
 }
 
 void wgmma_attention_tile_probe(const void* q, const void* k, const void* v, float* s, float* o,

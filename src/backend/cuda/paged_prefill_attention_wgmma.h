@@ -1,6 +1,6 @@
 #pragma once
 // The wgmma (sm_90a) prefill attention kernels behind PrefillKernelVariant::Wgmma and WgmmaM256: head_dim 128,
-// bf16 caches (the launcher in paged_prefill_attention.cu falls back to W8M2 otherwise). Design
+// bf16 or FP8 caches (the launcher in paged_prefill_attention.cu falls back to W8M2 otherwise). Design
 // and arithmetic: docs/cuda-prefill-attention.md, "The wgmma kernel". nvcc-safe header.
 #include <cuda_runtime.h>
 
@@ -8,7 +8,7 @@
 
 namespace latentserve::cuda {
 
-// True when the wgmma kernel serves these parameters (head_dim 128, bf16 K/V).
+// True when the wgmma kernels serve these parameters (head_dim 128; bf16 or FP8 K/V).
 bool prefill_wgmma_supported(const PagedPrefillParams& p);
 
 // Launches the wgmma kernel on `stream` with query tiles of `query_rows` (128: 128 x 128-key

@@ -434,11 +434,10 @@ class CudaLlamaModel final : public CausalLM {
       p.head_dim = int(c.head_dim);
       p.softmax_scale = scale;
       p.sliding_window = window;
-      // bf16 K/V at head_dim 128: the wgmma kernels (H200, bench_cuda_prefill_attention, GQA-8: the
-      // 256-row tile 434 TFLOP/s at 8K and 275 at 1K, vs 372 / 257 for the 128-row tile and 328 /
-      // 230 for w8m2); chunks shorter than 256 take the 128-row tile (less padding). Otherwise long
-      // prompts take the 256-row mma.sync tile (325 vs 276 TFLOP/s for base at 8K) and short
-      // chunks the 128-row one.
+      // head_dim 128: the wgmma kernels (H200, bench_cuda_prefill_attention, bf16 GQA-8: the 256-row
+      // tile 461 TFLOP/s at 8K and 286 at 1K, vs 371 / 256 for the 128-row tile and 326 / 234 for
+      // w8m2); chunks shorter than 256 take the 128-row tile (less padding). Otherwise (head_dim 64)
+      // long prompts take the 256-row mma.sync tile and short chunks the 128-row one.
       const bool long_chunk = shape.max_query_len >= 256;
       if (cuda::prefill_wgmma_supported(p))
         p.variant = long_chunk ? cuda::PrefillKernelVariant::WgmmaM256 : cuda::PrefillKernelVariant::Wgmma;
