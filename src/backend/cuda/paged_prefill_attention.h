@@ -1,6 +1,7 @@
 #pragma once
 // Causal prefill attention over the paged KV cache for a ragged batch of sequences
-// (FlashAttention-2 tiling on tensor cores, mma.sync m16n8k16 bf16 with f32 accumulate).
+// (FlashAttention-2 tiling on tensor cores with f32 accumulate: mma.sync m16n8k16 kernels, and
+// wgmma kernels on sm_90a for head_dim 128, the Wgmma variants).
 //
 //   out[t, h, :] = softmax_j(scale * q[t, h, :] · k[j, h / group, :]) · v[j, h / group, :]
 //
