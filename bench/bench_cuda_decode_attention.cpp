@@ -125,6 +125,8 @@ std::vector<Variant> all_variants() {
   add(K::Fused, 0, 512, "fused_chunk512");
   add(K::FusedW8, 264, 0, "fused_w8_ctas264");
   add(K::FusedStagesFp8Mixed, 264, 0, "fused_stages_fp8mixed_ctas264");
+  add(K::StreamK, 132, 0, "streamk_ctas132");  // one CTA per SM (the default is two)
+  add(K::StreamK, 528, 0, "streamk_ctas528");
   return v;
 }
 

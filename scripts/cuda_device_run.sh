@@ -7,7 +7,8 @@
 #   3. `latentserve bench decode --device cuda` on the Llama-3-8B shape,
 # and prints a short summary last. Logs go to $OUT. STAGES (default "test kernels peers e2e";
 # also "gemm": the GEMM table alone, "cli", "ncu", "serve": bench serve against serve --device cuda)
-# picks a subset; QUICK=1 runs the reduced benchmark sets.
+# picks a subset; QUICK=1 runs the reduced benchmark sets; BENCH_ARGS go to every kernel bench
+# (e.g. "--variants fused,streamk" with BENCHES=bench_cuda_decode_attention).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/ls && tar -C /tmp/ls -xJf .devbin/payload.tar.xz
@@ -32,7 +33,7 @@ if has test; then
 fi
 if has kernels; then
   for b in ${BENCHES:-$(ls $BIN | grep "^bench_cuda_")}; do
-    timeout ${BENCH_TIMEOUT:-150} $BIN/$b $QUICK_FLAG --json "$OUT/$b.json" 2>&1 | tail -${BENCH_TAIL:-60}
+    timeout ${BENCH_TIMEOUT:-150} $BIN/$b $QUICK_FLAG ${BENCH_ARGS:-} --json "$OUT/$b.json" 2>&1 | tail -${BENCH_TAIL:-60}
   done
 fi
 if has gemm; then  # the GEMM table alone: cuBLASLt and every gemv configuration, alone and back to back

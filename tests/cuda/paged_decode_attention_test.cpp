@@ -65,6 +65,11 @@ std::vector<Variant> all_variants() {
   v.push_back(with(cuda::PagedDecodeKernel::Fused, 264, 0, "fused_ctas264"));
   v.push_back(with(cuda::PagedDecodeKernel::Fused, 1056, 0, "fused_ctas1056"));
   v.push_back(with(cuda::PagedDecodeKernel::FusedFp8Mixed, 0, 64, "fused_fp8mixed_chunk64"));
+  // stream-K: one CTA walks every (sequence, KV head) pair; a handful of CTAs whose
+  // ranges start and end mid-pair; more CTAs asked for than there are tiles
+  v.push_back(with(cuda::PagedDecodeKernel::StreamK, 1, 0, "streamk_ctas1"));
+  v.push_back(with(cuda::PagedDecodeKernel::StreamK, 7, 0, "streamk_ctas7"));
+  v.push_back(with(cuda::PagedDecodeKernel::StreamK, 1000, 0, "streamk_ctas1000"));
   return v;
 }
 
@@ -371,7 +376,12 @@ TEST_P(PagedDecodeAttention, LongContextsMergeManySplits) {
   for (const Case& c : {gqa, mqa}) {
     const auto plan = cuda::paged_decode_plan(int(c.seq_lens.size()), c.n_head, c.n_head_kv, c.head_dim, KvDtype::Bf16,
                                               *std::max_element(c.seq_lens.begin(), c.seq_lens.end()), tuning());
-    EXPECT_GT(plan.n_splits, 2) << c.describe() << ": the test must exercise the merge";
+    if (plan.stream_k) {  // stream-K merges where a pair's tiles span CTAs (one CTA: none to merge)
+      if (plan.n_ctas > 1)
+        EXPECT_LT(plan.chunk_tokens, c.seq_lens[1]) << c.describe() << ": the test must exercise the merge";
+    } else {
+      EXPECT_GT(plan.n_splits, 2) << c.describe() << ": the test must exercise the merge";
+    }
     check_case(c, device.stream());
   }
 }

@@ -42,6 +42,10 @@ namespace latentserve::cuda {
 //                 v_scale) so K (cvt.e4m3x2) and V (ALU) conversions run on different pipes
 //   FusedFp8Alu   Fused; FP8 K and V both converted with integer ops
 //   FusedStagesFp8Mixed  FusedStages + FusedFp8Mixed
+//   StreamK       one 1-D grid (target_ctas, default 2 per SM) over all the step's K/V tiles in
+//                 (sequence, KV head, tile) order, an equal range per CTA, the pipeline unbroken
+//                 across pairs; per-warp partials merged by the last CTA of each pair (counters
+//                 as Fused). Groups <= 16 and batches <= 256; other steps run Fused.
 // For a bf16 cache the three Fp8 variants run exactly the Fused / FusedStages kernels.
 enum class PagedDecodeKernel : int {
   Base = 0,
@@ -53,6 +57,7 @@ enum class PagedDecodeKernel : int {
   FusedFp8Mixed,
   FusedFp8Alu,
   FusedStagesFp8Mixed,
+  StreamK,
   kCount
 };
 const char* paged_decode_kernel_name(PagedDecodeKernel kernel);
@@ -64,6 +69,7 @@ struct PagedDecodeTuning {
   PagedDecodeKernel kernel = PagedDecodeKernel::Base;
   int target_ctas = 0;   // > 0: the CTA count the chunk planner aims at (default 528 = 4 x 132)
   int chunk_tokens = 0;  // > 0: fixed chunk, a multiple of the variant's tile (64, or 128 for FusedW8 at group <= 16), <= 1024
+                         // (StreamK: must be 0; its CTAs' ranges follow from the step's lengths)
 };
 
 struct PagedDecodeParams {
@@ -116,6 +122,7 @@ struct PagedDecodePlan {
   // the compiled kernel this launch runs
   int threads = 0, tile_keys = 0, stages = 0, smem_bytes = 0;
   bool fused = false;
+  bool stream_k = false;  // StreamK ran (chunk_tokens: tokens per CTA at the bound; n_splits 0)
 };
 PagedDecodePlan paged_decode_plan(int n_seqs, int n_head, int n_head_kv, int head_dim, KvDtype dtype,
                                   int max_seq_len_bound, const PagedDecodeTuning& tuning = {});
