@@ -236,17 +236,23 @@ int main(int argc, char** argv) {
     DeviceBuffer dt(size_t(B) * 4), dk(size_t(B) * 4), dp(size_t(B) * 4), dm(size_t(B) * 4), du(size_t(B) * 4);
     dt.upload(temp.data(), dt.bytes()), dp.upload(top_p.data(), dp.bytes());
     dm.upload(min_p.data(), dm.bytes()), du.upload(u.data(), du.bytes());
-    for (int k : {0, 50}) {  // top_k off, then top_k 50 (both with top_p 0.9)
-      const std::vector<int32_t> top_k(size_t(B), k);
-      dk.upload(top_k.data(), dk.bytes());
-      t = time_ms(quick ? 5 : 20, [&](int i) {
-        cuda::SampleRowsParams sp{reinterpret_cast<const float*>(static_cast<char*>(logits.data()) + l_bytes * size_t(i % copies)),
-                                  B, V, dt.as<float>(), dk.as<int32_t>(), dp.as<float>(), dm.as<float>(), du.as<float>(),
-                                  out.as<int32_t>(), nullptr, 0};
-        cuda::sample_rows(sp, s);
-      }, s);
-      mem_row(k ? "sample_rows top_k 50 top_p 0.9" : "sample_rows top_p 0.9", fmt::format("{} x {}", B, V), double(l_bytes), t);
-    }
+    // top_k off, then top_k 50 (both with top_p 0.9); the launch's CTAs per row, then one CTA
+    for (int k : {0, 50})
+      for (int ctas : {0, 1}) {
+        const int used = cuda::sample_rows_ctas_per_row(B, V, ctas);
+        if (ctas == 1 && used == cuda::sample_rows_ctas_per_row(B, V)) continue;  // the same launch
+        const std::vector<int32_t> top_k(size_t(B), k);
+        dk.upload(top_k.data(), dk.bytes());
+        t = time_ms(quick ? 5 : 20, [&](int i) {
+          cuda::SampleRowsParams sp{reinterpret_cast<const float*>(static_cast<char*>(logits.data()) + l_bytes * size_t(i % copies)),
+                                    B, V, dt.as<float>(), dk.as<int32_t>(), dp.as<float>(), dm.as<float>(), du.as<float>(),
+                                    out.as<int32_t>(), nullptr, 0};
+          sp.ctas_per_row = ctas;
+          cuda::sample_rows(sp, s);
+        }, s);
+        mem_row(fmt::format("sample_rows {}top_p 0.9, {} CTA/row", k ? "top_k 50 " : "", used),
+                fmt::format("{} x {}", B, V), double(l_bytes), t);
+      }
   }
 
   }  // !only_gemm

@@ -77,7 +77,7 @@ struct RowParams {
 
 // The GPU sampler on n rows of logits with per-row params and u; returns the tokens.
 std::vector<int32_t> gpu_sample(const std::vector<float>& logits, int vocab, const std::vector<RowParams>& params,
-                                const std::vector<double>& u, int* flag_out = nullptr) {
+                                const std::vector<double>& u, int* flag_out = nullptr, int ctas_per_row = 0) {
   const int n = int(params.size());
   std::vector<float> t, tp, mp;
   std::vector<int32_t> tk;
@@ -96,6 +96,7 @@ std::vector<int32_t> gpu_sample(const std::vector<float>& logits, int vocab, con
                             dm.as<float>(), du32.as<float>(), out.as<int32_t>(), ws.data(), ws.bytes()};
   sp.uniform_f64 = du.as<double>();
   sp.invalid_row_flag = flag.as<int>();
+  sp.ctas_per_row = ctas_per_row;
   cuda::sample_rows(sp, nullptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   if (flag_out) *flag_out = to_host<int>(flag, 1)[0];
@@ -111,7 +112,7 @@ TEST(CudaSampleRows, EqualsTheCpuSamplerForTheSameDraw) {
       {1.0f, 0, 0.05f, 0.0f},  {2.0f, 1000, 0.97f, 0.0f}};
   Sampler sampler;
   int mismatches = 0, checked = 0;
-  for (int vocab : {1, 2, 17, 1000, 5003, 32000})
+  for (int vocab : {1, 2, 17, 1000, 5003, 32000, 128256})
     for (bool ties : {false, true}) {
       std::mt19937 rng(uint32_t(vocab * 2 + ties));
       std::normal_distribution<float> d(0.0f, 2.5f);
@@ -136,15 +137,20 @@ TEST(CudaSampleRows, EqualsTheCpuSamplerForTheSameDraw) {
         const std::span<const float> row(&logits[size_t(r) * size_t(vocab)], size_t(vocab));
         want.push_back(sampler.sample(row, sp, {}, {}, request_rng).token);
       }
-      const auto got = gpu_sample(logits, vocab, params, u);
-      for (int r = 0; r < n; ++r) {
-        ++checked;
-        if (got[size_t(r)] != want[size_t(r)]) {
-          ++mismatches;
-          const RowParams& rp = params[size_t(r)];
-          ADD_FAILURE() << "vocab " << vocab << (ties ? " (ties)" : "") << " row " << r << ": temperature "
-                        << rp.temperature << " top_k " << rp.top_k << " top_p " << rp.top_p << " min_p " << rp.min_p
-                        << " u " << u[size_t(r)] << ": GPU " << got[size_t(r)] << ", CPU " << want[size_t(r)];
+      // 0: the launch's own choice (one CTA per row for these small batches); 1, 3, 8: a row
+      // split over a cluster, CTAs past the vocab's end included (3: not a power of two)
+      for (int ctas : {0, 1, 3, 8}) {
+        const auto got = gpu_sample(logits, vocab, params, u, nullptr, ctas);
+        for (int r = 0; r < n; ++r) {
+          ++checked;
+          if (got[size_t(r)] != want[size_t(r)]) {
+            ++mismatches;
+            const RowParams& rp = params[size_t(r)];
+            ADD_FAILURE() << "vocab " << vocab << (ties ? " (ties)" : "") << " ctas_per_row " << ctas << " row " << r
+                          << ": temperature " << rp.temperature << " top_k " << rp.top_k << " top_p " << rp.top_p
+                          << " min_p " << rp.min_p << " u " << u[size_t(r)] << ": GPU " << got[size_t(r)] << ", CPU "
+                          << want[size_t(r)];
+          }
         }
       }
     }
@@ -177,10 +183,12 @@ TEST(CudaSampleRows, ManyDrawsOfOneRowFollowTheCpu) {
       sp.min_p = rp.min_p;
       want.push_back(sampler.sample(row, sp, {}, {}, request_rng).token);
     }
-    const auto got = gpu_sample(logits, vocab, params, u);
-    for (int r = 0; r < n; ++r)
-      ASSERT_EQ(got[size_t(r)], want[size_t(r)]) << "draw " << r << " u " << u[size_t(r)] << " top_k " << rp.top_k
-                                                  << " top_p " << rp.top_p;
+    for (int ctas : {0, 8}) {
+      const auto got = gpu_sample(logits, vocab, params, u, nullptr, ctas);
+      for (int r = 0; r < n; ++r)
+        ASSERT_EQ(got[size_t(r)], want[size_t(r)]) << "draw " << r << " u " << u[size_t(r)] << " top_k " << rp.top_k
+                                                    << " top_p " << rp.top_p << " ctas_per_row " << ctas;
+    }
   }
 }
 
@@ -226,6 +234,18 @@ TEST(CudaSampleRows, BadParametersThrow) {
   p = ok;
   p.out = nullptr;
   EXPECT_THROW(cuda::sample_rows(p, nullptr), Error);
+  p = ok;
+  p.ctas_per_row = 9;  // beyond the portable cluster size
+  EXPECT_THROW(cuda::sample_rows(p, nullptr), Error);
+  p.ctas_per_row = -1;
+  EXPECT_THROW(cuda::sample_rows(p, nullptr), Error);
+}
+
+TEST(CudaSampleRows, CtasPerRowFollowTheBatch) {  // host arithmetic only
+  EXPECT_EQ(cuda::sample_rows_ctas_per_row(1, 128256, 3), 3);
+  EXPECT_EQ(cuda::sample_rows_ctas_per_row(1, 1000), 1);    // one chunk of logits: one CTA
+  EXPECT_EQ(cuda::sample_rows_ctas_per_row(1, 10000), 2);   // >= 4096 logits per CTA
+  EXPECT_EQ(cuda::sample_rows_ctas_per_row(256, 128256), 1);
 }
 
 }  // namespace

@@ -1,5 +1,10 @@
 #include "backend/cuda/sampling.h"
 
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <cstdint>
+
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernel_error.h"
 #include "backend/cuda/pdl_launch.cuh"
@@ -10,6 +15,9 @@ namespace {
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kArgmaxThreads = 1024;
 constexpr int kThreads = 512, kWarps = kThreads / 32;  // sample_rows: f64 work, 128 registers per thread allowed
+constexpr int kLoadsPerThread = 8;
+constexpr int kChunk = kThreads * kLoadsPerThread;  // logits one CTA pass step covers
+constexpr int kMaxCtasPerRow = 8;                   // the portable thread-block cluster size
 
 // ---- keys: floats as unsigned integers in the same order (-0 and +0 one key; NaN never asked) ----
 __device__ __forceinline__ uint32_t order_key(float v) {
@@ -85,9 +93,24 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* log
 }
 
 // ---- sample_rows ----
+// A row is split over the CTAs of one thread-block cluster (1 to kMaxCtasPerRow): CTA `rank`
+// takes the row's chunks rank, rank + n, ... of kChunk logits. Every reduction combines the
+// CTAs' values in rank order (through distributed shared memory), so every CTA of the row
+// computes the same numbers and takes the same branches; rank 0 writes the token.
+namespace cg = cooperative_groups;
+__device__ __forceinline__ int row_rank() { return int(cg::this_cluster().block_rank()); }
+__device__ __forceinline__ int row_ctas() { return int(cg::this_cluster().num_blocks()); }
+__device__ __forceinline__ void row_sync() { cg::this_cluster().sync(); }  // all threads of the row's CTAs
+template <class T>
+__device__ __forceinline__ T* on_rank(T* local, int rank) {  // the same variable in CTA `rank`
+  return cg::this_cluster().map_shared_rank(local, rank);
+}
+
 struct Shared {
-  double dhist[256];
+  double dhist[256];  // this CTA's bins
   int chist[256];
+  double row_dhist[256];  // the row's bins: every CTA's, summed in rank order
+  int row_chist[256];
   double lane_mass[kThreads];  // add_to_bin's per-warp staging
   double wsum[kWarps];
   int wint[kWarps];
@@ -95,6 +118,9 @@ struct Shared {
   int i0, i1, i2;
   uint32_t u0;
   float f0;
+  double slot_d;  // this CTA's value of a row reduction, read by every CTA
+  int slot_i;
+  float slot_f;
 };
 
 // What a row keeps after min_p and top_k: x = double(l) / T, finite, >= floor, key >= topk_key.
@@ -112,7 +138,9 @@ struct Row {
   __device__ __forceinline__ double mass(double x) const { return exp(x - m); }
 };
 
-__device__ double block_sum_double(double v, Shared& sh) {  // deterministic: fixed shuffle tree, fixed warp order
+// The sum over every thread of the row's CTAs; deterministic: fixed shuffle tree, fixed warp
+// and rank order.
+__device__ double row_sum_double(double v, Shared& sh) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
   __syncthreads();
@@ -121,13 +149,19 @@ __device__ double block_sum_double(double v, Shared& sh) {  // deterministic: fi
   if (threadIdx.x == 0) {
     double s = 0;
     for (int w = 0; w < kWarps; ++w) s += sh.wsum[w];
+    sh.slot_d = s;
+  }
+  row_sync();
+  if (threadIdx.x == 0) {
+    double s = 0;
+    for (int r = 0; r < row_ctas(); ++r) s += *on_rank(&sh.slot_d, r);
     sh.d0 = s;
   }
-  __syncthreads();
+  row_sync();  // every CTA has read the slots; d0 is visible
   return sh.d0;
 }
 
-__device__ int block_sum_int(int v, Shared& sh) {
+__device__ int row_sum_int(int v, Shared& sh) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
   __syncthreads();
@@ -136,10 +170,33 @@ __device__ int block_sum_int(int v, Shared& sh) {
   if (threadIdx.x == 0) {
     int s = 0;
     for (int w = 0; w < kWarps; ++w) s += sh.wint[w];
+    sh.slot_i = s;
+  }
+  row_sync();
+  if (threadIdx.x == 0) {
+    int s = 0;
+    for (int r = 0; r < row_ctas(); ++r) s += *on_rank(&sh.slot_i, r);
     sh.i0 = s;
   }
-  __syncthreads();
+  row_sync();
   return sh.i0;
+}
+
+// After a histogram pass: row_chist (and row_dhist) = every CTA's bins, summed in rank order.
+__device__ void merge_bins(Shared& sh, bool with_mass) {
+  row_sync();  // every CTA's pass is done
+  const int n = row_ctas();
+  for (int d = threadIdx.x; d < 256; d += kThreads) {
+    int c = 0;
+    double m = 0.0;
+    for (int r = 0; r < n; ++r) {
+      c += on_rank(sh.chist, r)[d];
+      if (with_mass) m += on_rank(sh.dhist, r)[d];
+    }
+    sh.row_chist[d] = c;
+    if (with_mass) sh.row_dhist[d] = m;
+  }
+  row_sync();  // every CTA has read the bins (the next pass clears them); row_* visible
 }
 
 // Adds (mass, 1) to bin d for every lane with `take`, with one shared atomic per distinct bin of
@@ -166,14 +223,13 @@ __device__ __forceinline__ void add_to_bin(Shared& sh, bool take, uint32_t d, do
   if (with_mass) __syncwarp();
 }
 
-// f(i, v) for i = threadIdx.x + j * kThreads (j < kLoadsPerThread) of each block of the row, v
-// = row[i], or NaN with i >= vocab past the end: one CTA per row is latency-bound, so each
-// thread has kLoadsPerThread loads in flight before it works on them. The trip count is uniform
-// over the CTA (f may use warp collectives).
-constexpr int kLoadsPerThread = 8;
+// f(i, v) for i = threadIdx.x + j * kThreads (j < kLoadsPerThread) of each of this CTA's
+// kChunk-logit chunks of the row, v = row[i], or NaN with i >= vocab past the end: each thread
+// has kLoadsPerThread loads in flight before it works on them. The trip count is uniform over
+// the CTA (f may use warp collectives).
 template <class F>
 __device__ __forceinline__ void for_each_logit(const float* row, int vocab, F f) {
-  for (int base = 0; base < vocab; base += kThreads * kLoadsPerThread) {
+  for (int base = row_rank() * kChunk; base < vocab; base += row_ctas() * kChunk) {
     float v[kLoadsPerThread];
 #pragma unroll
     for (int j = 0; j < kLoadsPerThread; ++j) {
@@ -198,12 +254,12 @@ __device__ uint32_t kth_largest_key(const Row& r, int k, Shared& sh) {
       const uint32_t key = order_key(v);
       add_to_bin(sh, !isnan(v) && (key & mask) == prefix, (key >> shift) & 255u, 0.0, false);
     });
-    __syncthreads();
+    merge_bins(sh, false);
     if (threadIdx.x == 0) {
       int above = 0, d = 255;
       for (; d > 0; --d) {
-        if (above + sh.chist[d] >= k_rem) break;
-        above += sh.chist[d];
+        if (above + sh.row_chist[d] >= k_rem) break;
+        above += sh.row_chist[d];
       }
       sh.u0 = prefix | (uint32_t(d) << shift);
       sh.i1 = k_rem - above;
@@ -238,14 +294,14 @@ __device__ bool mass_search(const Row& r, InSet in_set, double target, bool stri
       if (take) m = r.mass(x);
       add_to_bin(sh, take, (key >> shift) & 255u, m, true);
     });
-    __syncthreads();
+    merge_bins(sh, true);
     if (threadIdx.x == 0) {
       double cum = level == 0 ? 0.0 : sh.d1;
       int chosen = -1, last = -1;
       double chosen_above = 0.0, last_above = 0.0;
       for (int d = 255; d >= 0; --d) {
-        if (sh.chist[d] == 0) continue;
-        const double next = cum + sh.dhist[d];
+        if (sh.row_chist[d] == 0) continue;
+        const double next = cum + sh.row_dhist[d];
         if (strict ? next > target : next >= target) {
           chosen = d;
           chosen_above = cum;
@@ -265,7 +321,7 @@ __device__ bool mass_search(const Row& r, InSet in_set, double target, bool stri
       if (chosen >= 0) {
         sh.u0 = prefix | (uint32_t(chosen) << shift);
         sh.d1 = chosen_above;
-        sh.i1 = sh.chist[chosen];
+        sh.i1 = sh.row_chist[chosen];
       }
     }
     __syncthreads();
@@ -279,11 +335,28 @@ __device__ bool mass_search(const Row& r, InSet in_set, double target, bool stri
   return true;
 }
 
+// Every CTA of the row gets `index`: one lane of one CTA writes it into each CTA's copy.
+__device__ __forceinline__ void tell_every_cta(int Shared::*field, Shared& sh, int index) {
+  for (int c = 0; c < row_ctas(); ++c) on_rank(&sh, c)->*field = index;
+}
+
+// Warp w of CTA `rank` owns the contiguous segment rank * kWarps + w (of kWarps * n, 32-aligned).
+struct Segment {
+  int global_warp, warps, begin, end;
+  __device__ explicit Segment(int vocab) {
+    warps = kWarps * row_ctas();
+    global_warp = row_rank() * kWarps + int(threadIdx.x >> 5);
+    const int seg = ((vocab + warps - 1) / warps + 31) / 32 * 32;
+    begin = global_warp * seg;
+    end = min(vocab, begin + seg);
+  }
+};
+
 // The j-th (1-based) index, in id order, of the kept elements with key == K.
 __device__ int nth_with_key(const Row& r, uint32_t K, int j, Shared& sh) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  const int seg = ((r.vocab + kWarps - 1) / kWarps + 31) / 32 * 32;
-  const int begin = w * seg, end = min(r.vocab, begin + seg);
+  const Segment segment(r.vocab);
+  const int begin = segment.begin, end = segment.end;
   auto is = [&](int i) {
     if (i >= end) return false;
     const float v = r.l[i];
@@ -300,22 +373,23 @@ __device__ int nth_with_key(const Row& r, uint32_t K, int j, Shared& sh) {
     for (int q = 0; q < kTiles; ++q) count += __popc(__ballot_sync(kFull, hit[q]));
   }
   if (lane == 0) sh.wint[w] = count;
-  __syncthreads();
+  row_sync();
   if (threadIdx.x == 0) {
     int cum = 0, sel = -1;
-    for (int v = 0; v < kWarps; ++v) {
-      if (cum + sh.wint[v] >= j) {
+    for (int v = 0; v < segment.warps; ++v) {
+      const int c = on_rank(sh.wint, v / kWarps)[v % kWarps];
+      if (cum + c >= j) {
         sel = v;
         break;
       }
-      cum += sh.wint[v];
+      cum += c;
     }
     sh.i0 = sel;
     sh.i1 = j - cum;
     sh.i2 = -1;
   }
-  __syncthreads();
-  if (w == sh.i0) {
+  row_sync();  // every CTA has read the counts; i2 = -1 everywhere before the finder writes
+  if (segment.global_warp == sh.i0) {
     int rem = sh.i1;
     bool found = false;
     for (int base = begin; base < end && !found; base += 32 * kTiles) {
@@ -326,14 +400,14 @@ __device__ int nth_with_key(const Row& r, uint32_t K, int j, Shared& sh) {
       for (int q = 0; q < kTiles; ++q) {
         const unsigned b = __ballot_sync(kFull, hit[q]);
         if (!found && rem <= __popc(b)) {
-          if (hit[q] && __popc(b & ((1u << lane) - 1u)) == rem - 1) sh.i2 = base + 32 * q + lane;
+          if (hit[q] && __popc(b & ((1u << lane) - 1u)) == rem - 1) tell_every_cta(&Shared::i2, sh, base + 32 * q + lane);
           found = true;
         }
         if (!found) rem -= __popc(b);
       }
     }
   }
-  __syncthreads();
+  row_sync();
   return sh.i2;
 }
 
@@ -342,8 +416,8 @@ __device__ int nth_with_key(const Row& r, uint32_t K, int j, Shared& sh) {
 // prefix sums say holds the crossing finds it. Past the end: the last kept token.
 __device__ int draw_in_id_order(const Row& r, double u, Shared& sh) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  const int seg = ((r.vocab + kWarps - 1) / kWarps + 31) / 32 * 32;
-  const int begin = w * seg, end = min(r.vocab, begin + seg);
+  const Segment segment(r.vocab);
+  const int begin = segment.begin, end = segment.end;
   auto scan_tile = [&](int base, int& last) {  // inclusive prefix of the kept masses of one tile
     const int i = base + lane;
     double mass = 0.0, x;
@@ -367,19 +441,19 @@ __device__ int draw_in_id_order(const Row& r, double u, Shared& sh) {
     sh.wsum[w] = carry;
     sh.wint[w] = last;
   }
-  __syncthreads();
+  row_sync();
   if (threadIdx.x == 0) {
     double total = 0.0;
     int last_kept = -1;
-    for (int v = 0; v < kWarps; ++v) {
-      total += sh.wsum[v];
-      last_kept = max(last_kept, sh.wint[v]);
+    for (int v = 0; v < segment.warps; ++v) {
+      total += on_rank(sh.wsum, v / kWarps)[v % kWarps];
+      last_kept = max(last_kept, on_rank(sh.wint, v / kWarps)[v % kWarps]);
     }
     const double target = u * total;
     double excl = 0.0;
     int sel = -1;
-    for (int v = 0; v < kWarps; ++v) {
-      const double next = excl + sh.wsum[v];
+    for (int v = 0; v < segment.warps; ++v) {
+      const double next = excl + on_rank(sh.wsum, v / kWarps)[v % kWarps];
       if (next > target) {
         sel = v;
         break;
@@ -391,8 +465,8 @@ __device__ int draw_in_id_order(const Row& r, double u, Shared& sh) {
     sh.d1 = target;
     sh.i2 = last_kept;  // the answer when nothing crosses
   }
-  __syncthreads();
-  if (w == sh.i0) {
+  row_sync();  // every CTA has read the sums; i2 holds the default everywhere
+  if (segment.global_warp == sh.i0) {
     const double excl = sh.d0, target = sh.d1;
     double c = 0.0;
     int unused = -1;
@@ -400,19 +474,19 @@ __device__ int draw_in_id_order(const Row& r, double u, Shared& sh) {
       const double incl = scan_tile(base, unused);
       const unsigned b = __ballot_sync(kFull, base + lane < end && excl + (c + incl) > target);
       if (b) {
-        if (lane == 0) sh.i2 = base + __ffs(b) - 1;
+        if (lane == 0) tell_every_cta(&Shared::i2, sh, base + __ffs(b) - 1);
         break;
       }
       c += __shfl_sync(kFull, incl, 31);
     }
   }
-  __syncthreads();
+  row_sync();
   return sh.i2;
 }
 
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsParams p) {
   __shared__ Shared sh;
-  const int row_index = blockIdx.x;
+  const int row_index = int(blockIdx.x) / row_ctas();  // 1-D clusters: consecutive CTAs
   const float* row = p.logits + int64_t(row_index) * p.vocab;
   const float temperature = p.temperature[row_index];
 
@@ -437,15 +511,26 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsParams 
       m = fmaxf(m, float(sh.wsum[w]));
       n |= sh.wint[w];
     }
+    sh.slot_f = m;
+    sh.slot_i = n;
+  }
+  row_sync();
+  if (threadIdx.x == 0) {
+    float m = -INFINITY;
+    int n = 0;
+    for (int r = 0; r < row_ctas(); ++r) {
+      m = fmaxf(m, *on_rank(&sh.slot_f, r));
+      n |= *on_rank(&sh.slot_i, r);
+    }
     sh.f0 = m;
     sh.i0 = n;
-    if ((n || m == -INFINITY) && p.invalid_row_flag) *p.invalid_row_flag = 1;
+    if (row_rank() == 0 && (n || m == -INFINITY) && p.invalid_row_flag) *p.invalid_row_flag = 1;
   }
-  __syncthreads();
+  row_sync();
   const float lmax = sh.f0;
   int token = 0;
   if (!(temperature > 0.0f)) {
-    token = row_argmax(row, p.vocab);
+    if (row_rank() == 0) token = row_argmax(row, p.vocab);  // the whole row, in one CTA
   } else if (lmax == -INFINITY) {
     token = 0;  // nothing to sample from (the CPU throws); flagged above
   } else {
@@ -463,7 +548,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsParams 
       for_each_logit(row, p.vocab, [&](int, float v) {
         n += r.floor == -INFINITY ? !isnan(v) && v != -INFINITY : r.kept(v, x);
       });
-      n = block_sum_int(n, sh);
+      n = row_sum_int(n, sh);
       if (top_k < n) r.topk_key = kth_largest_key(r, top_k, sh);
     }
     if (!(top_p < 1.0f)) {
@@ -473,7 +558,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsParams 
       for_each_logit(row, p.vocab, [&](int, float v) {
         if (r.kept(v, x)) local += r.mass(x);
       });
-      const double kept_mass = block_sum_double(local, sh);
+      const double kept_mass = row_sum_double(local, sh);
       const double limit = double(top_p) * kept_mass;
       uint32_t kc = 0;
       double above_c = 0.0, mass_p = kept_mass, e_c = 0.0;
@@ -532,7 +617,8 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsParams 
       }
     }
   }
-  if (threadIdx.x == 0) p.out[row_index] = token;
+  if (threadIdx.x == 0 && row_rank() == 0) p.out[row_index] = token;
+  row_sync();  // no CTA leaves while another may still read its shared memory
 }
 
 }  // namespace
@@ -548,6 +634,21 @@ void argmax_rows(const float* logits, int n_rows, int vocab, int32_t* out, cudaS
 }
 
 size_t sample_rows_workspace_bytes(int /*n_rows*/, int /*vocab*/) { return 0; }
+
+int sample_rows_ctas_per_row(int n_rows, int vocab, int requested) {
+  if (requested > 0) return std::min(requested, kMaxCtasPerRow);
+  static const int sms = [] {
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return 132;
+    return count;
+  }();
+  // Double while the grid still fits the SMs once and each CTA keeps at least one chunk.
+  int ctas = 1;
+  while (2 * ctas <= kMaxCtasPerRow && int64_t(n_rows) * 2 * ctas <= sms && int64_t(2 * ctas) * kChunk <= vocab) ctas *= 2;
+  return ctas;
+}
 
 void sample_rows(const SampleRowsParams& p, cudaStream_t s) {
   const char* what = nullptr;
@@ -565,9 +666,21 @@ void sample_rows(const SampleRowsParams& p, cudaStream_t s) {
   if (p.workspace_bytes < need || (need > 0 && !p.workspace))
     kernel_fail("sample_rows: workspace needs ", need, " bytes, found ", p.workspace_bytes,
                 p.workspace ? "" : " (null)");
+  if (p.ctas_per_row < 0 || p.ctas_per_row > kMaxCtasPerRow)
+    kernel_fail("sample_rows: ctas_per_row must be 0 (auto) to ", kMaxCtasPerRow, ", found ", p.ctas_per_row);
   if (p.n_rows == 0) return;
-  sample_rows_kernel<<<p.n_rows, kThreads, 0, s>>>(p);
-  LS_CUDA_CHECK_LAUNCH("sample_rows_kernel");
+  const int ctas = sample_rows_ctas_per_row(p.n_rows, p.vocab, p.ctas_per_row);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(p.n_rows) * unsigned(ctas));
+  config.blockDim = dim3(kThreads);
+  config.stream = s;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = unsigned(ctas);
+  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  LS_CUDA_CHECK(cudaLaunchKernelEx(&config, sample_rows_kernel, p));
 }
 
 }  // namespace latentserve::cuda

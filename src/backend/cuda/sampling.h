@@ -34,6 +34,7 @@ void argmax_rows(const float* logits, int n_rows, int vocab, int32_t* out, cudaS
 
 // Per row (all device arrays of n_rows): temperature (<= 0: greedy, as argmax_rows), top_k
 // (0 or < 0 = off), top_p (>= 1 = off), min_p (<= 0 = off), uniform u in [0, 1) (clamped).
+// A row runs on one to eight CTAs of a thread-block cluster (ctas_per_row).
 struct SampleRowsParams {
   const float* logits;  // [n_rows, vocab]
   int n_rows, vocab;
@@ -47,8 +48,14 @@ struct SampleRowsParams {
   size_t workspace_bytes;
   const double* uniform_f64 = nullptr;  // optional [n_rows]: used instead of `uniform` (the CPU's exact u)
   int* invalid_row_flag = nullptr;      // optional device int: set to 1 when a row holds NaN or no logit > -inf
+  // CTAs (one thread-block cluster) per row, 1..8; 0: sample_rows_ctas_per_row's choice. It
+  // changes only the order of the f64 sums (the ~1e-15 caveat above).
+  int ctas_per_row = 0;
 };
 size_t sample_rows_workspace_bytes(int n_rows, int vocab);
+// The CTAs per row a launch uses: `requested` when > 0, else as many (a power of two <= 8) as
+// keep n_rows * ctas <= the SM count and >= 4096 logits per CTA (one row: 8 of the GPU's SMs).
+int sample_rows_ctas_per_row(int n_rows, int vocab, int requested = 0);
 void sample_rows(const SampleRowsParams& p, cudaStream_t s);
 
 }  // namespace latentserve::cuda
