@@ -236,11 +236,11 @@ int main(int argc, char** argv) {
     DeviceBuffer dt(size_t(B) * 4), dk(size_t(B) * 4), dp(size_t(B) * 4), dm(size_t(B) * 4), du(size_t(B) * 4);
     dt.upload(temp.data(), dt.bytes()), dp.upload(top_p.data(), dp.bytes());
     dm.upload(min_p.data(), dm.bytes()), du.upload(u.data(), du.bytes());
-    // top_k off, then top_k 50 (both with top_p 0.9); the launch's CTAs per row, then one CTA
+    // top_k off, then top_k 50 (both with top_p 0.9); the launch's CTAs per row, then 1 and 4
     for (int k : {0, 50})
-      for (int ctas : {0, 1}) {
+      for (int ctas : {0, 1, 4}) {
         const int used = cuda::sample_rows_ctas_per_row(B, V, ctas);
-        if (ctas == 1 && used == cuda::sample_rows_ctas_per_row(B, V)) continue;  // the same launch
+        if (ctas > 0 && used == cuda::sample_rows_ctas_per_row(B, V)) continue;  // the same launch
         const std::vector<int32_t> top_k(size_t(B), k);
         dk.upload(top_k.data(), dk.bytes());
         t = time_ms(quick ? 5 : 20, [&](int i) {

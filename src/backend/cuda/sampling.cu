@@ -118,7 +118,7 @@ struct Shared {
   int i0, i1, i2;
   uint32_t u0;
   float f0;
-  double slot_d;  // this CTA's value of a row reduction, read by every CTA
+  double set_mass;  // mass_search: the set's mass from its first pass
   int slot_i;
   float slot_f;
 };
@@ -138,29 +138,7 @@ struct Row {
   __device__ __forceinline__ double mass(double x) const { return exp(x - m); }
 };
 
-// The sum over every thread of the row's CTAs; deterministic: fixed shuffle tree, fixed warp
-// and rank order.
-__device__ double row_sum_double(double v, Shared& sh) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh.wsum[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double s = 0;
-    for (int w = 0; w < kWarps; ++w) s += sh.wsum[w];
-    sh.slot_d = s;
-  }
-  row_sync();
-  if (threadIdx.x == 0) {
-    double s = 0;
-    for (int r = 0; r < row_ctas(); ++r) s += *on_rank(&sh.slot_d, r);
-    sh.d0 = s;
-  }
-  row_sync();  // every CTA has read the slots; d0 is visible
-  return sh.d0;
-}
-
+// The sum over every thread of the row's CTAs (every CTA gets it).
 __device__ int row_sum_int(int v, Shared& sh) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
@@ -274,9 +252,11 @@ __device__ uint32_t kth_largest_key(const Row& r, int k, Shared& sh) {
 // The largest key K such that the mass of the set's elements with key >= K is > target (strict)
 // or >= target: radix search, 8 bits a pass, f64 mass per bin. Out: K, the mass of the set
 // above K, how many elements have key K. False when the whole set's mass does not reach target.
+// With fraction > 0 the target is fraction * the set's mass, which the first pass's bins sum
+// to (no pass of its own); *set_mass gets that mass.
 template <class InSet>
 __device__ bool mass_search(const Row& r, InSet in_set, double target, bool strict, Shared& sh, uint32_t& K,
-                            double& above, int& count) {
+                            double& above, int& count, double fraction = 0.0, double* set_mass = nullptr) {
   uint32_t prefix = 0;
   for (int level = 0; level < 4; ++level) {
     const int shift = 24 - 8 * level;
@@ -296,6 +276,12 @@ __device__ bool mass_search(const Row& r, InSet in_set, double target, bool stri
     });
     merge_bins(sh, true);
     if (threadIdx.x == 0) {
+      if (level == 0 && fraction > 0.0) {
+        double mass = 0.0;
+        for (int d = 255; d >= 0; --d) mass += sh.row_dhist[d];
+        sh.set_mass = mass;
+        target = fraction * mass;  // thread 0 alone decides, so only its copy matters
+      }
       double cum = level == 0 ? 0.0 : sh.d1;
       int chosen = -1, last = -1;
       double chosen_above = 0.0, last_above = 0.0;
@@ -325,6 +311,7 @@ __device__ bool mass_search(const Row& r, InSet in_set, double target, bool stri
       }
     }
     __syncthreads();
+    if (level == 0 && set_mass) *set_mass = sh.set_mass;
     if (!sh.i2) return false;
     prefix = sh.u0;
   }
@@ -554,16 +541,14 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleRowsParams 
     if (!(top_p < 1.0f)) {
       token = draw_in_id_order(r, u, sh);
     } else {
-      double local = 0.0, x;
-      for_each_logit(row, p.vocab, [&](int, float v) {
-        if (r.kept(v, x)) local += r.mass(x);
-      });
-      const double kept_mass = row_sum_double(local, sh);
-      const double limit = double(top_p) * kept_mass;
+      // The cut: limit = top_p * the kept mass, which the search's first pass sums.
       uint32_t kc = 0;
-      double above_c = 0.0, mass_p = kept_mass, e_c = 0.0;
+      double kept_mass = 0.0, above_c = 0.0, e_c = 0.0;
       int n_c = 0, n_take = 0;
-      const bool cut = mass_search(r, [](float) { return true; }, limit, false, sh, kc, above_c, n_c);
+      const bool cut =
+          mass_search(r, [](float) { return true; }, 0.0, false, sh, kc, above_c, n_c, double(top_p), &kept_mass);
+      const double limit = double(top_p) * kept_mass;
+      double mass_p = kept_mass;
       if (cut) {
         // The ties at the cut key, in id order, while the mass before each is < limit.
         e_c = r.mass(double(key_value(kc)) / r.temperature);
