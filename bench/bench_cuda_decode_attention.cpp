@@ -115,6 +115,7 @@ std::vector<Variant> all_variants() {
   for (int k = 0; k < int(K::kCount); ++k) add(K(k), 0, 0, cuda::paged_decode_kernel_name(K(k)));
   // chunk plans: fewer, longer CTAs (amortise the prologue) or more CTAs (fill small grids)
   add(K::Base, 264, 0, "base_ctas264");
+  add(K::Base, 528, 0, "base_ctas528");
   add(K::Fused, 264, 0, "fused_ctas264");
   add(K::Fused, 1056, 0, "fused_ctas1056");
   add(K::Fused, 132, 0, "fused_ctas132");  // one CTA per SM: small batches
