@@ -67,7 +67,7 @@ bool paged_decode_kernel_fp8_only(PagedDecodeKernel kernel);  // differs from an
 // Run-time knobs; the defaults are the current behaviour.
 struct PagedDecodeTuning {
   PagedDecodeKernel kernel = PagedDecodeKernel::Base;
-  int target_ctas = 0;   // > 0: the CTA count the chunk planner aims at (default 264 = 2 x 132; 132 for <= 64 pairs)
+  int target_ctas = 0;   // > 0: the CTA count the chunk planner aims at (default 528 = 4 x 132; 132 for <= 64 pairs)
   int chunk_tokens = 0;  // > 0: fixed chunk, a multiple of the variant's tile (64, or 128 for FusedW8 at group <= 16), <= 1024
                          // (StreamK: must be 0; its CTAs' ranges follow from the step's lengths)
 };

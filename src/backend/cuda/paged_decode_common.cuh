@@ -21,7 +21,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMaxChunkTiles = 16;  // at most 1024 tokens per CTA: keeps ragged batches balanced
 constexpr int kMaxChunkTokens = kMaxChunkTiles * kTileKeys;
 constexpr int kSms = 132;             // H100/H200 SXM
-constexpr int kTargetCtas = 2 * kSms;  // one wave of two CTAs per SM: the planner's default aim
+constexpr int kTargetCtas = 4 * kSms;  // two waves of two CTAs per SM: the planner's default aim
 constexpr int kTableCap = kMaxChunkTiles * kTileKeys / 8 + 2;  // block ids one chunk spans (block_size >= 8)
 constexpr int kMaxGroup = 64;
 
