@@ -85,7 +85,7 @@ int run_batch(const BatchArgs& a) {
   std::ifstream in(a.input);
   if (!in) fail("--input {}: cannot open", a.input);
   ThreadPool pool(a.model.threads);
-  auto model = load_causal_lm(a.model.model_dir, pool, a.model.model_options());
+  auto model = a.model.load(pool);
   std::optional<tokenizer::Tokenizer> tok;
   const auto tok_path = std::filesystem::path(a.model.model_dir) / "tokenizer.json";
   if (std::filesystem::exists(tok_path)) tok = tokenizer::Tokenizer::from_file(tok_path.string());

@@ -19,7 +19,7 @@ int run_check(const ModelArgs& o) {
   if (!file) fail("{}/reference.json: cannot open (check needs a fixture made by tools/make_fixtures.py)", o.model_dir);
   nlohmann::json ref = nlohmann::json::parse(file);
   ThreadPool pool(o.threads);
-  auto model = load_causal_lm(o.model_dir, pool, o.model_options());
+  auto model = o.load(pool);
   OfflineRunner runner(*model, o.runner_options(), pool);
   std::vector<SequenceRequest> requests;
   for (size_t i = 0; i < ref.at("prompts").size(); ++i)
@@ -40,9 +40,11 @@ int run_check(const ModelArgs& o) {
                greedy_ok ? "identical" : "DIFFERENT");
   }
   const AttentionSpec spec = model->attention_spec();
-  fmt::print("{} attention, KV cache {} blocks of {} tokens, {} bytes per token (f32, all layers)\n",
-             attention_kind_name(spec.kind), runner.stats().n_kv_blocks, runner.block_size_tokens(),
-             spec.kv_bytes_per_token(DType::F32, model->n_layer()));
+  const auto& stats = runner.stats();  // the cache as built: every tensor-parallel rank's slice counted
+  fmt::print("{} attention, KV cache {} blocks of {} tokens, {} bytes per token (f32, all layers{})\n",
+             attention_kind_name(spec.kind), stats.n_kv_blocks, runner.block_size_tokens(),
+             stats.kv_cache_bytes / (stats.n_kv_blocks * runner.block_size_tokens()),
+             o.tensor_parallel_size > 1 ? fmt::format(", {} ranks", o.tensor_parallel_size) : "");
   return all_ok ? 0 : 1;
 }
 }  // namespace

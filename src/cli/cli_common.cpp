@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/architectures.h"
+#include "model/tensor_parallel.h"
 #include "model/weight_source.h"
 #include "perf/presets.h"
 #include "tokenizer/tokenizer.h"
@@ -25,6 +26,8 @@ void ModelArgs::add_to(CLI::App* cmd) {
   cmd->add_flag("--enforce-eager", enforce_eager, "cuda: run every step eagerly (no CUDA graphs for decode)");
   cmd->add_option("--gpu-memory-utilization", gpu_memory_utilization,
                   "cuda: share of GPU memory for weights, activations and the KV cache (default 0.9)");
+  cmd->add_option("--tensor-parallel-size,--tp", tensor_parallel_size,
+                  "split every layer's heads and MLP columns over this many ranks (cpu: ranks run as threads; default 1)");
 }
 
 void ModelArgs::add_synthetic_to(CLI::App* cmd) {
@@ -36,8 +39,13 @@ void ModelArgs::add_synthetic_to(CLI::App* cmd) {
 
 std::unique_ptr<CausalLM> ModelArgs::load(ThreadPool& pool) const {
   if (model_dir.empty() == synthetic.empty()) fail("give exactly one of --model DIR and --synthetic PRESET");
-  if (!model_dir.empty()) return load_causal_lm(model_dir, pool, model_options());
-  return synthetic_causal_lm(perf::model_preset(synthetic, "--synthetic"), pool, model_options());
+  std::unique_ptr<CausalLM> model = !model_dir.empty()
+                                        ? load_causal_lm(model_dir, pool, model_options())
+                                        : synthetic_causal_lm(perf::model_preset(synthetic, "--synthetic"), pool,
+                                                              model_options());
+  if (tensor_parallel_size > 1)
+    fmt::print(stderr, "{}\n", tensor_parallel_summary(model->config(), tensor_parallel_size));
+  return model;
 }
 
 std::unique_ptr<CausalLM> synthetic_causal_lm(const perf::ModelShape& shape, ThreadPool& pool,
@@ -61,6 +69,8 @@ latentserve::ModelOptions ModelArgs::model_options() const {
   o.device = device;
   o.device_ordinal = gpu;
   o.cuda_graphs = !enforce_eager;
+  if (tensor_parallel_size < 1) fail("--tensor-parallel-size: expected >= 1, found {}", tensor_parallel_size);
+  o.tensor_parallel_size = tensor_parallel_size;
   return o;
 }
 

@@ -34,12 +34,14 @@ struct ModelArgs {
   int gpu = 0;
   bool enforce_eager = false;
   double gpu_memory_utilization = 0.9;
+  int tensor_parallel_size = 1;
   std::string synthetic;  // a preset built with random bf16 weights instead of --model (serve)
 
   void add_to(CLI::App* cmd);
   // --synthetic PRESET as the alternative to --model (which then stops being required).
   void add_synthetic_to(CLI::App* cmd);
-  // The model of --model DIR, or of --synthetic PRESET (exactly one of them).
+  // The model of --model DIR, or of --synthetic PRESET (exactly one of them); with
+  // --tensor-parallel-size > 1 it prints the ranks' layout to stderr.
   std::unique_ptr<CausalLM> load(ThreadPool& pool) const;
   std::string name() const { return synthetic.empty() ? model_dir : "synthetic:" + synthetic; }
   RunnerOptions runner_options() const { return {block_size, max_batched_tokens, kv_options()}; }

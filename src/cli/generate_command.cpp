@@ -20,7 +20,7 @@ struct GenerateArgs {
 int run_generate(const GenerateArgs& a) {
   auto tokens = a.prompt.ids(a.model.model_dir);
   ThreadPool pool(a.model.threads);
-  auto model = load_causal_lm(a.model.model_dir, pool, a.model.model_options());
+  auto model = a.model.load(pool);
   OfflineRunner runner(*model, a.model.runner_options(), pool);
   auto results = runner.run({{tokens, a.max_tokens, !a.ignore_eos}}, false);
   nlohmann::json out = {{"tokens", results[0].generated}};

@@ -17,7 +17,7 @@ struct LogitsArgs {
 int run_logits(const LogitsArgs& a) {
   auto tokens = a.prompt.ids(a.model.model_dir);
   ThreadPool pool(a.model.threads);
-  auto model = load_causal_lm(a.model.model_dir, pool, a.model.model_options());
+  auto model = a.model.load(pool);
   OfflineRunner runner(*model, a.model.runner_options(), pool);
   auto results = runner.run({{tokens, 0, true}}, /*keep_prompt_logits=*/true);
   const size_t vocab = size_t(model->vocab_size());

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/tensor_parallel.h"
 #ifdef LATENTSERVE_HAVE_CUDA
 #include "model/cuda/cuda_llama_model.h"
 #endif
@@ -38,7 +39,11 @@ std::unique_ptr<CausalLM> build_causal_lm(const ModelConfig& config, std::unique
     fail("--device must be cpu or cuda, found '{}'", options.device);
   for (const auto& a : kArchitectures) {
     if (config.model_type != a.model_type) continue;
-    if (options.device == "cpu") return a.make(config, std::move(weights), options, pool);
+    if (options.device == "cpu") return make_tensor_parallel(a.make, config, std::move(weights), options, pool);
+    if (options.tensor_parallel_size != 1)
+      fail("--tensor-parallel-size {} on cuda: tensor parallelism runs on the cpu only so far (ranks as threads); "
+           "the multi-GPU (NCCL) path is not written",
+           options.tensor_parallel_size);
     if (!a.runs_on_cuda)
       fail("model_type '{}' does not run on cuda yet (the CUDA backend has the Llama family only): use --device cpu",
            a.model_type);

@@ -17,6 +17,7 @@
 #include "model/architectures.h"
 #include "model/linear_weight.h"
 #include "model/moe.h"
+#include "model/tensor_parallel.h"
 
 namespace latentserve {
 namespace {
@@ -38,29 +39,44 @@ struct DeepseekLayer {
   MoeWeights moe;
 };
 
-ExpertWeights load_expert(WeightSource& w, const std::string& prefix, int64_t inter, int64_t hidden) {
-  return {w.get(prefix + ".gate_proj.weight", {inter, hidden}), w.get(prefix + ".up_proj.weight", {inter, hidden}),
-          w.get(prefix + ".down_proj.weight", {hidden, inter})};
+// An expert's SwiGLU MLP, of which this rank holds the intermediate columns `cols` (all of
+// them at tp 1): gate/up rows, down columns.
+ExpertWeights load_expert(WeightSource& w, const std::string& prefix, int64_t inter, int64_t hidden, TpRange cols) {
+  return {w.get(prefix + ".gate_proj.weight", {inter, hidden}).slice(0, cols.begin, cols.end),
+          w.get(prefix + ".up_proj.weight", {inter, hidden}).slice(0, cols.begin, cols.end),
+          w.get(prefix + ".down_proj.weight", {hidden, inter}).slice(1, cols.begin, cols.end)};
 }
 
 class DeepseekModel final : public CausalLM {
  public:
   DeepseekModel(ModelConfig config, std::unique_ptr<WeightSource> weights, const ModelOptions& options,
                 ThreadPool& pool)
-      : config_(std::move(config)), weights_(std::move(weights)), pool_(pool), path_(options.mla_path) {
+      : config_(std::move(config)),
+        weights_(std::move(weights)),
+        pool_(pool),
+        path_(options.mla_path),
+        tp_(options.tp_rank) {
     const ModelConfig& c = config_;
     if (!c.mla) fail("model_type '{}' needs the MLA fields (kv_lora_rank, ...)", c.model_type);
     const MlaConfig& m = *c.mla;
-    shape_ = {c.n_head, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim};
-    spec_ = AttentionSpec::latent(c.n_head, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim);
-    const int64_t H = c.hidden_size, nh = c.n_head, dq = shape_.qk_head_dim();
+    // A tensor-parallel rank holds its heads (q_b / q, kv_b, o columns), its slice of every
+    // MLP's columns and of the vocabulary; the latent projections and the router are
+    // replicated, so every rank caches the whole latent (model/tensor_parallel.h).
+    if (c.n_head % tp_.size != 0)
+      fail("--tensor-parallel-size {} does not divide the {} attention heads", tp_.size, c.n_head);
+    const TpRange heads = tp_split(c.n_head, tp_);
+    vocab_ = tp_split(c.vocab_size, tp_);
+    const bool rank0 = tp_.rank == 0;
+    shape_ = {heads.size(), m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim};
+    spec_ = AttentionSpec::latent(heads.size(), m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim);
+    const int64_t H = c.hidden_size, nh = c.n_head, dq = shape_.qk_head_dim(), dkvb = m.qk_nope_head_dim + m.v_head_dim;
     WeightSource& w = *weights_;
     embed_ = w.get("model.embed_tokens.weight", {c.vocab_size, H});
     final_norm_ = w.get("model.norm.weight", {H});
     if (c.tie_word_embeddings)
-      lm_head_.weight = embed_;
+      lm_head_.weight = embed_.slice(0, vocab_.begin, vocab_.end);
     else
-      lm_head_.load(w, "lm_head", c.vocab_size, H, false);
+      lm_head_.load_rows(w, "lm_head", c.vocab_size, H, false, vocab_.begin, vocab_.end);
 
     layers_.resize(size_t(c.n_layer));
     for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -72,14 +88,15 @@ class DeepseekModel final : public CausalLM {
       if (m.q_lora_rank > 0) {
         L.q_a_proj.load(w, a + ".q_a_proj", m.q_lora_rank, H, c.attention_bias);
         L.q_a_norm = w.get(a + ".q_a_layernorm.weight", {m.q_lora_rank});
-        L.q_b_proj.load(w, a + ".q_b_proj", nh * dq, m.q_lora_rank, false);
+        L.q_b_proj.load_rows(w, a + ".q_b_proj", nh * dq, m.q_lora_rank, false, heads.begin * dq, heads.end * dq);
       } else {
-        L.q_proj.load(w, a + ".q_proj", nh * dq, H, false);
+        L.q_proj.load_rows(w, a + ".q_proj", nh * dq, H, false, heads.begin * dq, heads.end * dq);
       }
       L.kv_a_proj.load(w, a + ".kv_a_proj_with_mqa", shape_.latent_row(), H, c.attention_bias);
       L.kv_a_norm = w.get(a + ".kv_a_layernorm.weight", {m.kv_lora_rank});
-      L.kv_b_proj = w.get(a + ".kv_b_proj.weight", {nh * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank});
-      L.o_proj.load(w, a + ".o_proj", H, nh * m.v_head_dim, c.attention_bias);
+      L.kv_b_proj = w.get(a + ".kv_b_proj.weight", {nh * dkvb, m.kv_lora_rank}).slice(0, heads.begin * dkvb, heads.end * dkvb);
+      L.o_proj.load_columns(w, a + ".o_proj", H, nh * m.v_head_dim, c.attention_bias, heads.begin * m.v_head_dim,
+                            heads.end * m.v_head_dim, rank0);
       L.mla.emplace(shape_, L.kv_b_proj, float(c.softmax_scale));
 
       L.is_moe = c.moe && c.moe->is_moe_layer(l);
@@ -89,17 +106,19 @@ class DeepseekModel final : public CausalLM {
         L.moe.router = w.get(g + ".gate.weight", {moe.n_routed_experts, H});
         if (moe.topk_method == MoeTopk::NoauxTc)
           L.moe.e_score_correction_bias = w.get_f32(g + ".gate.e_score_correction_bias", moe.n_routed_experts);
+        const int64_t inter = moe.moe_intermediate_size, shared_inter = inter * moe.n_shared_experts;
         for (int64_t e = 0; e < moe.n_routed_experts; ++e)
-          L.moe.experts.push_back(
-              load_expert(w, g + ".experts." + std::to_string(e), moe.moe_intermediate_size, H));
+          L.moe.experts.push_back(load_expert(w, g + ".experts." + std::to_string(e), inter, H, tp_split(inter, tp_)));
         if (moe.n_shared_experts > 0) {
           L.moe.has_shared = true;
-          L.moe.shared = load_expert(w, g + ".shared_experts", moe.moe_intermediate_size * moe.n_shared_experts, H);
+          L.moe.shared = load_expert(w, g + ".shared_experts", shared_inter, H, tp_split(shared_inter, tp_));
         }
       } else {
-        L.gate_proj.load(w, p + ".mlp.gate_proj", c.intermediate_size, H, false);
-        L.up_proj.load(w, p + ".mlp.up_proj", c.intermediate_size, H, false);
-        L.down_proj.load(w, p + ".mlp.down_proj", H, c.intermediate_size, false);
+        const int64_t I = c.intermediate_size;
+        const TpRange cols = tp_split(I, tp_);
+        L.gate_proj.load_rows(w, p + ".mlp.gate_proj", I, H, false, cols.begin, cols.end);
+        L.up_proj.load_rows(w, p + ".mlp.up_proj", I, H, false, cols.begin, cols.end);
+        L.down_proj.load_columns(w, p + ".mlp.down_proj", H, I, false, cols.begin, cols.end, rank0);
       }
     }
     rope_ = compute_rope_tables(c.rope, m.qk_rope_head_dim, c.max_position_embeddings, c.max_position_embeddings);
@@ -142,7 +161,7 @@ class DeepseekModel final : public CausalLM {
       for (int64_t d = 0; d < H; ++d) last[size_t(i * H + d)] = residual_[size_t(row * H + d)] + x_[size_t(row * H + d)];
     }
     cpu::rms_norm(last.data(), n_out, H, final_norm_, c.rms_norm_eps, last.data(), pool_);
-    lm_head_(last.data(), n_out, logits, pool_);  // [n_out, vocab]
+    tp_lm_head(tp_, lm_head_, vocab_, last.data(), n_out, c.vocab_size, logits, pool_);  // [n_out, vocab]
   }
 
  private:
@@ -151,7 +170,7 @@ class DeepseekModel final : public CausalLM {
     const ModelConfig& c = config_;
     const MlaConfig& m = *c.mla;
     const AttentionMetadata& meta = batch.attention;
-    const int64_t T = batch.n_tokens(), nh = c.n_head, r = m.kv_lora_rank, dr = m.qk_rope_head_dim,
+    const int64_t T = batch.n_tokens(), nh = shape_.n_head, r = m.kv_lora_rank, dr = m.qk_rope_head_dim,
                   dn = m.qk_nope_head_dim, dq = shape_.qk_head_dim(), row = shape_.latent_row();
     q_.resize(size_t(T * nh * dq));
     if (m.q_lora_rank > 0) {  // q = q_b(norm(q_a(x)))
@@ -180,6 +199,7 @@ class DeepseekModel final : public CausalLM {
     attn_.resize(size_t(T * nh * m.v_head_dim));
     L.mla->forward(path_, q_.data(), meta, kv.k_rows(layer), attn_.data(), pool_);  // [T, nh, dv]
     L.o_proj(attn_.data(), T, x_.data(), pool_);                          // [T, H]
+    tp_all_reduce(tp_, x_.data(), T * c.hidden_size);  // the ranks' partial sums over their heads
   }
 
   void feed_forward(DeepseekLayer& L, int64_t T) {
@@ -189,7 +209,7 @@ class DeepseekModel final : public CausalLM {
     if (L.is_moe) {
       moe_forward(*c.moe, L.moe, x_.data(), T, H, ffn_out_.data(), pool_);
     } else {  // [T, I] gate, up -> silu(gate) * up -> [T, H]
-      const int64_t I = c.intermediate_size;
+      const int64_t I = L.gate_proj.out_features();  // this rank's columns
       gate_.resize(size_t(T * I));
       up_.resize(size_t(T * I));
       L.gate_proj(x_.data(), T, gate_.data(), pool_);
@@ -197,6 +217,7 @@ class DeepseekModel final : public CausalLM {
       cpu::silu_mul(gate_.data(), up_.data(), gate_.data(), T * I);
       L.down_proj(gate_.data(), T, ffn_out_.data(), pool_);
     }
+    tp_all_reduce(tp_, ffn_out_.data(), T * H);  // the ranks' partial sums over their MLP columns
     std::swap(x_, ffn_out_);
   }
 
@@ -204,7 +225,9 @@ class DeepseekModel final : public CausalLM {
   std::unique_ptr<WeightSource> weights_;
   ThreadPool& pool_;
   MlaPath path_;
-  MlaShape shape_;
+  TpRank tp_;
+  TpRange vocab_;  // this rank's LM-head rows
+  MlaShape shape_;  // n_head: this rank's heads
   AttentionSpec spec_;
   TensorView embed_, final_norm_;
   LinearWeight lm_head_;

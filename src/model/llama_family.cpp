@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "model/architectures.h"
 #include "model/linear_weight.h"
+#include "model/tensor_parallel.h"
 
 namespace latentserve {
 namespace {
@@ -25,38 +26,47 @@ struct Layer {
 
 class LlamaFamilyModel final : public CausalLM {
  public:
-  LlamaFamilyModel(ModelConfig config, std::unique_ptr<WeightSource> weights, ThreadPool& pool)
-      : config_(std::move(config)), weights_(std::move(weights)), pool_(pool) {
+  // A tensor-parallel rank (tp.size > 1) holds its query and KV heads, its slice of the MLP
+  // columns and of the vocabulary (model/tensor_parallel.h).
+  LlamaFamilyModel(ModelConfig config, std::unique_ptr<WeightSource> weights, const TpRank& tp, ThreadPool& pool)
+      : config_(std::move(config)), weights_(std::move(weights)), pool_(pool), tp_(tp) {
     const ModelConfig& c = config_;
     if (c.hidden_act != "silu") fail("hidden_act '{}' is not supported (expected silu)", c.hidden_act);
-    spec_ = AttentionSpec::standard(c.n_head, c.n_head_kv, c.head_dim, c.head_dim);
-    const int64_t H = c.hidden_size, I = c.intermediate_size, dq = c.n_head * c.head_dim,
-                  dkv = c.n_head_kv * c.head_dim;
+    heads_ = tp_heads(c.n_head, c.n_head_kv, tp);
+    inter_ = tp_split(c.intermediate_size, tp);
+    vocab_ = tp_split(c.vocab_size, tp);
+    nh_ = heads_.q.size();
+    nkv_ = heads_.kv.size();
+    spec_ = AttentionSpec::standard(nh_, nkv_, c.head_dim, c.head_dim);  // what this rank caches and attends
+    const int64_t H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim, dq = c.n_head * hd,
+                  dkv = c.n_head_kv * hd;
     WeightSource& w = *weights_;
     embed_ = w.get("model.embed_tokens.weight", {c.vocab_size, H});
     final_norm_ = w.get("model.norm.weight", {H});
     if (c.tie_word_embeddings) {
-      lm_head_.weight = embed_;
+      lm_head_.weight = embed_.slice(0, vocab_.begin, vocab_.end);
     } else {
-      lm_head_.load(w, "lm_head", c.vocab_size, H, false);
+      lm_head_.load_rows(w, "lm_head", c.vocab_size, H, false, vocab_.begin, vocab_.end);
     }
+    const bool rank0 = tp.rank == 0;
     layers_.resize(size_t(c.n_layer));
     for (int64_t l = 0; l < c.n_layer; ++l) {
       Layer& L = layers_[size_t(l)];
       const std::string p = "model.layers." + std::to_string(l);
       L.input_norm = w.get(p + ".input_layernorm.weight", {H});
       L.post_attention_norm = w.get(p + ".post_attention_layernorm.weight", {H});
-      L.q_proj.load(w, p + ".self_attn.q_proj", dq, H, c.attention_bias);
-      L.k_proj.load(w, p + ".self_attn.k_proj", dkv, H, c.attention_bias);
-      L.v_proj.load(w, p + ".self_attn.v_proj", dkv, H, c.attention_bias);
-      L.o_proj.load(w, p + ".self_attn.o_proj", H, dq, c.o_proj_bias);
+      const std::string a = p + ".self_attn";
+      L.q_proj.load_rows(w, a + ".q_proj", dq, H, c.attention_bias, heads_.q.begin * hd, heads_.q.end * hd);
+      L.k_proj.load_rows(w, a + ".k_proj", dkv, H, c.attention_bias, heads_.kv.begin * hd, heads_.kv.end * hd);
+      L.v_proj.load_rows(w, a + ".v_proj", dkv, H, c.attention_bias, heads_.kv.begin * hd, heads_.kv.end * hd);
+      L.o_proj.load_columns(w, a + ".o_proj", H, dq, c.o_proj_bias, heads_.q.begin * hd, heads_.q.end * hd, rank0);
       if (c.qk_norm) {
         L.q_norm = w.get(p + ".self_attn.q_norm.weight", {c.head_dim});
         L.k_norm = w.get(p + ".self_attn.k_norm.weight", {c.head_dim});
       }
-      L.gate_proj.load(w, p + ".mlp.gate_proj", I, H, c.mlp_bias);
-      L.up_proj.load(w, p + ".mlp.up_proj", I, H, c.mlp_bias);
-      L.down_proj.load(w, p + ".mlp.down_proj", H, I, c.mlp_bias);
+      L.gate_proj.load_rows(w, p + ".mlp.gate_proj", I, H, c.mlp_bias, inter_.begin, inter_.end);
+      L.up_proj.load_rows(w, p + ".mlp.up_proj", I, H, c.mlp_bias, inter_.begin, inter_.end);
+      L.down_proj.load_columns(w, p + ".mlp.down_proj", H, I, c.mlp_bias, inter_.begin, inter_.end, rank0);
     }
     if (c.rope.type != RopeType::DynamicNtk)  // static tables: seq_len plays no part
       rope_ = compute_rope_tables(c.rope, c.head_dim, c.max_position_embeddings, c.max_position_embeddings);
@@ -68,8 +78,7 @@ class LlamaFamilyModel final : public CausalLM {
   void forward(const ForwardBatch& batch, KvCacheMemory& kv_memory, float* logits) override {
     cpu::CpuKvCache& kv = cpu::as_cpu_kv_cache(kv_memory);
     const ModelConfig& c = config_;
-    const int64_t T = batch.n_tokens(), H = c.hidden_size, I = c.intermediate_size, nh = c.n_head,
-                  nkv = c.n_head_kv, hd = c.head_dim;
+    const int64_t T = batch.n_tokens(), H = c.hidden_size, I = inter_.size(), nh = nh_, nkv = nkv_, hd = c.head_dim;
     const AttentionMetadata& meta = batch.attention;
     if (int64_t(batch.positions.size()) != T || meta.n_tokens() != T)
       fail("forward batch: {} tokens but {} positions and {} slots", T, batch.positions.size(), meta.n_tokens());
@@ -105,6 +114,7 @@ class LlamaFamilyModel final : public CausalLM {
       L.up_proj(x_.data(), T, up_.data(), pool_);
       cpu::silu_mul(gate_.data(), up_.data(), gate_.data(), T * I);
       L.down_proj(gate_.data(), T, x_.data(), pool_);
+      tp_all_reduce(tp_, x_.data(), T * H);  // the ranks' partial sums over their MLP columns
     }
 
     // Final norm and LM head on the rows that need logits only.
@@ -116,14 +126,14 @@ class LlamaFamilyModel final : public CausalLM {
       for (int64_t d = 0; d < H; ++d) last[size_t(i * H + d)] = residual_[size_t(row * H + d)] + x_[size_t(row * H + d)];
     }
     cpu::rms_norm(last.data(), n_out, H, final_norm_, c.rms_norm_eps, last.data(), pool_);
-    lm_head_(last.data(), n_out, logits, pool_);  // [n_out, vocab]
+    tp_lm_head(tp_, lm_head_, vocab_, last.data(), n_out, c.vocab_size, logits, pool_);  // [n_out, vocab]
   }
 
  private:
   // x_[T, H] (normed hidden) -> x_[T, H] (o_proj of the attention output).
   void attention(int64_t layer, const Layer& L, const ForwardBatch& batch, cpu::CpuKvCache& kv) {
     const ModelConfig& c = config_;
-    const int64_t T = batch.n_tokens(), nh = c.n_head, nkv = c.n_head_kv, hd = c.head_dim;
+    const int64_t T = batch.n_tokens(), nh = nh_, nkv = nkv_, hd = c.head_dim;
     const AttentionMetadata& meta = batch.attention;
     L.q_proj(x_.data(), T, q_.data(), pool_);  // [T, nh * hd]
     L.k_proj(x_.data(), T, k_.data(), pool_);  // [T, nkv * hd]
@@ -155,6 +165,7 @@ class LlamaFamilyModel final : public CausalLM {
     p.sliding_window = c.sliding_window.value_or(0);
     cpu::paged_attention(p, pool_);
     L.o_proj(attn_.data(), T, x_.data(), pool_);  // [T, H]
+    tp_all_reduce(tp_, x_.data(), T * c.hidden_size);  // the ranks' partial sums over their heads
   }
 
   // RoPE tables for one sequence of the batch. Dynamic NTK grows its base with the
@@ -173,6 +184,10 @@ class LlamaFamilyModel final : public CausalLM {
   ModelConfig config_;
   std::unique_ptr<WeightSource> weights_;  // owns the memory the views point into
   ThreadPool& pool_;
+  TpRank tp_;
+  TpHeads heads_;        // this rank's query and KV heads (all of them at tp 1)
+  TpRange inter_, vocab_;  // this rank's MLP columns and LM-head rows
+  int64_t nh_ = 0, nkv_ = 0;
   AttentionSpec spec_;
   TensorView embed_, final_norm_;
   LinearWeight lm_head_;
@@ -186,8 +201,8 @@ class LlamaFamilyModel final : public CausalLM {
 }  // namespace
 
 std::unique_ptr<CausalLM> make_llama_family(ModelConfig config, std::unique_ptr<WeightSource> weights,
-                                            const ModelOptions&, ThreadPool& pool) {
-  return std::make_unique<LlamaFamilyModel>(std::move(config), std::move(weights), pool);
+                                            const ModelOptions& options, ThreadPool& pool) {
+  return std::make_unique<LlamaFamilyModel>(std::move(config), std::move(weights), options.tp_rank, pool);
 }
 
 }  // namespace latentserve

@@ -72,6 +72,26 @@ TEST(Cli, GenerateMatchesTheGreedyContinuation) {
   EXPECT_EQ(nlohmann::json::parse(out.text)["tokens"].get<std::vector<int>>(), greedy);
 }
 
+// --tp 4 over llama_gqa's 8 query and 2 KV heads: the startup line names the replication and
+// the tokens are transformers' greedy continuation.
+TEST(Cli, TensorParallelGenerateNamesTheLayoutAndMatches) {
+  auto ref = reference();
+  auto prompt = ref["prompts"][2].get<std::vector<int>>();
+  auto greedy = ref["greedy"][2].get<std::vector<int>>();
+  Output out = run("generate --model " + kFixture.string() + " --tp 4 --ignore-eos --max-tokens " +
+                   std::to_string(greedy.size()) + " --tokens " + join(prompt));
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  const std::string summary = "tensor parallel 4 (ranks as threads): 2 query heads per rank, 1 KV head per rank, "
+                              "each KV head on 2 ranks (the KV cache is 2x that of tp 1)\n";
+  ASSERT_EQ(out.text.rfind(summary, 0), 0u) << out.text;
+  EXPECT_EQ(nlohmann::json::parse(out.text.substr(summary.size()))["tokens"].get<std::vector<int>>(), greedy);
+
+  Output bad = run("generate --model " + kFixture.string() + " --tp 3 --tokens 1,2");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.text.find("--tensor-parallel-size 3 does not divide the 8 attention heads"), std::string::npos)
+      << bad.text;
+}
+
 // --prompt TEXT goes through the checkpoint's tokenizer.json (a byte-level one here,
 // so each byte is one id) and gives what --tokens gives for the same ids.
 TEST(Cli, PromptTextEqualsTheSameTokenIds) {

@@ -61,9 +61,20 @@ std::map<std::string, std::vector<int32_t>> run(CausalLM& model, ThreadPool& poo
   return out;
 }
 
+// "name" or "name_tpN": the fixture, run as N tensor-parallel ranks (threads).
+std::unique_ptr<CausalLM> load_fixture(const std::string& param, ThreadPool& pool) {
+  ModelOptions options;
+  std::string name = param;
+  if (const size_t at = param.rfind("_tp"); at != std::string::npos) {
+    options.tensor_parallel_size = std::stoi(param.substr(at + 3));
+    name = param.substr(0, at);
+  }
+  return load_causal_lm(fs::path(LATENTSERVE_FIXTURES_DIR) / name, pool, options);
+}
+
 class EngineFixture : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { model_ = load_causal_lm(fs::path(LATENTSERVE_FIXTURES_DIR) / GetParam(), pool_); }
+  void SetUp() override { model_ = load_fixture(GetParam(), pool_); }
   ThreadPool pool_{2};
   std::unique_ptr<CausalLM> model_;
 };
@@ -134,8 +145,33 @@ TEST_P(EngineFixture, PrefixCachingReusesSharedPrefixes) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineFixture,
                          ::testing::Values("llama_gqa_f32", "qwen3_f32", "mistral_f32", "llama_mqa_f32",
-                                           "deepseek_v2_f32", "deepseek_v3_f32"),
+                                           "deepseek_v2_f32", "deepseek_v3_f32", "llama_gqa_f32_tp4",
+                                           "deepseek_v3_f32_tp2"),
                          [](const auto& info) { return info.param; });
+
+// Tensor parallelism changes only the order of the sums: the engine's greedy outputs under
+// preemption and chunked prefill equal those of the one-rank model (llama_gqa at tp 4
+// replicates each of its 2 KV heads on 2 ranks; MLA at tp 2 caches the latent on both).
+TEST(Engine, TensorParallelRanksGiveTheOneRankTokens) {
+  for (const std::string name : {"llama_gqa_f32", "qwen2_bias_f32", "deepseek_v3_f32"}) {
+    SCOPED_TRACE(name);
+    ThreadPool pool(2);
+    auto one = load_fixture(name, pool);
+    const auto jobs = random_jobs(24, one->vocab_size(), 19);
+    EngineConfig crowded;
+    crowded.scheduler.max_num_batched_tokens = 24;
+    crowded.block_size_tokens = 16;
+    crowded.n_kv_blocks = 12;
+    EngineMetrics m;
+    const auto expected = run(*one, pool, jobs, crowded);
+    for (int tp : {2, 4}) {
+      auto ranks = load_fixture(name + "_tp" + std::to_string(tp), pool);
+      const auto got = run(*ranks, pool, jobs, crowded, &m);
+      EXPECT_GT(m.n_preemptions, 0) << "the test meant to force preemptions";
+      for (const auto& j : jobs) EXPECT_EQ(got.at(j.id), expected.at(j.id)) << "tp " << tp << ", " << j.id;
+    }
+  }
+}
 
 // Thousands of random submit / step / abort operations; the KV manager's invariants
 // (ref counts equal table references, no leak, no double free) hold after every step

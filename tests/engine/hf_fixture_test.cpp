@@ -60,16 +60,22 @@ class HfFixture : public ::testing::TestWithParam<std::string> {
         models_.emplace_back(name, load_causal_lm(dir_, pool_, options));
       }
     }
+    for (int tp : {2, 4}) {  // tensor-parallel ranks as threads: every fixture's heads split 2 and 4 ways
+      ModelOptions options;
+      options.tensor_parallel_size = tp;
+      tp_models_.emplace_back("tp " + std::to_string(tp), load_causal_lm(dir_, pool_, options));
+    }
     tolerance_ = ref_.bf16_weights ? testing::kLogitsAbsTolBf16Checkpoint : testing::kLogitsAbsTolF32Checkpoint;
   }
 
   // Runs `requests` in one engine and checks every prompt position's logits and the
   // greedy continuation of each request against transformers.
   void check(const std::vector<size_t>& which, RunnerOptions options) {
-    for (auto& [path, model] : models_) {
-      SCOPED_TRACE("model path: " + path);
-      check(*model, which, options);
-    }
+    for (auto* list : {&models_, &tp_models_})
+      for (auto& [path, model] : *list) {
+        SCOPED_TRACE("model: " + path);
+        check(*model, which, options);
+      }
   }
 
   void check(CausalLM& model, const std::vector<size_t>& which, RunnerOptions options) {
@@ -99,6 +105,7 @@ class HfFixture : public ::testing::TestWithParam<std::string> {
   Reference ref_;
   ThreadPool pool_{2};
   std::vector<std::pair<std::string, std::unique_ptr<CausalLM>>> models_;  // MLA: auto, absorbed, naive
+  std::vector<std::pair<std::string, std::unique_ptr<CausalLM>>> tp_models_;  // tp 2, tp 4
   double tolerance_ = 0;
 };
 
