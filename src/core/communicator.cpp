@@ -30,7 +30,7 @@ class InProcessGroup::Rank final : public Communicator {
       g.reduced_[size_t(i)] = sum;
     }
     g.barrier();  // every slice is summed; nobody reads the inputs any more
-    std::memcpy(data, g.reduced_.data(), size_t(n) * sizeof(float));
+    if (n > 0) std::memcpy(data, g.reduced_.data(), size_t(n) * sizeof(float));  // (data may be null at n = 0)
     g.barrier();  // every rank has its copy: reduced_ may be reused
   }
 
@@ -49,6 +49,7 @@ class InProcessGroup::Rank final : public Communicator {
         fail("all_gather_columns: rank {} gathers [{}, {}] but rank {} gathers [{}, {}]", rank_, rows, total_cols, r,
              c.rows, c.total_cols);
       covered += c.cols;
+      if (c.cols == 0) continue;
       for (int64_t i = 0; i < rows; ++i)
         std::memcpy(out + i * total_cols + c.col_begin, c.data + i * c.cols, size_t(c.cols) * sizeof(float));
     }
