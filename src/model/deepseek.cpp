@@ -62,9 +62,7 @@ class DeepseekModel final : public CausalLM {
     // A tensor-parallel rank holds its heads (q_b / q, kv_b, o columns), its slice of every
     // MLP's columns and of the vocabulary; the latent projections and the router are
     // replicated, so every rank caches the whole latent (model/tensor_parallel.h).
-    if (c.n_head % tp_.size != 0)
-      fail("--tensor-parallel-size {} does not divide the {} attention heads", tp_.size, c.n_head);
-    const TpRange heads = tp_split(c.n_head, tp_);
+    const TpRange heads = tp_query_heads(c.n_head, tp_);
     vocab_ = tp_split(c.vocab_size, tp_);
     const bool rank0 = tp_.rank == 0;
     shape_ = {heads.size(), m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim};

@@ -35,9 +35,7 @@ class LlamaFamilyModel final : public CausalLM {
     heads_ = tp_heads(c.n_head, c.n_head_kv, tp);
     inter_ = tp_split(c.intermediate_size, tp);
     vocab_ = tp_split(c.vocab_size, tp);
-    nh_ = heads_.q.size();
-    nkv_ = heads_.kv.size();
-    spec_ = AttentionSpec::standard(nh_, nkv_, c.head_dim, c.head_dim);  // what this rank caches and attends
+    spec_ = AttentionSpec::standard(heads_.q.size(), heads_.kv.size(), c.head_dim, c.head_dim);  // what this rank caches and attends
     const int64_t H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim, dq = c.n_head * hd,
                   dkv = c.n_head_kv * hd;
     WeightSource& w = *weights_;
@@ -78,7 +76,8 @@ class LlamaFamilyModel final : public CausalLM {
   void forward(const ForwardBatch& batch, KvCacheMemory& kv_memory, float* logits) override {
     cpu::CpuKvCache& kv = cpu::as_cpu_kv_cache(kv_memory);
     const ModelConfig& c = config_;
-    const int64_t T = batch.n_tokens(), H = c.hidden_size, I = inter_.size(), nh = nh_, nkv = nkv_, hd = c.head_dim;
+    const int64_t T = batch.n_tokens(), H = c.hidden_size, I = inter_.size(), nh = heads_.q.size(), nkv = heads_.kv.size(),
+                  hd = c.head_dim;
     const AttentionMetadata& meta = batch.attention;
     if (int64_t(batch.positions.size()) != T || meta.n_tokens() != T)
       fail("forward batch: {} tokens but {} positions and {} slots", T, batch.positions.size(), meta.n_tokens());
@@ -133,7 +132,7 @@ class LlamaFamilyModel final : public CausalLM {
   // x_[T, H] (normed hidden) -> x_[T, H] (o_proj of the attention output).
   void attention(int64_t layer, const Layer& L, const ForwardBatch& batch, cpu::CpuKvCache& kv) {
     const ModelConfig& c = config_;
-    const int64_t T = batch.n_tokens(), nh = nh_, nkv = nkv_, hd = c.head_dim;
+    const int64_t T = batch.n_tokens(), nh = heads_.q.size(), nkv = heads_.kv.size(), hd = c.head_dim;
     const AttentionMetadata& meta = batch.attention;
     L.q_proj(x_.data(), T, q_.data(), pool_);  // [T, nh * hd]
     L.k_proj(x_.data(), T, k_.data(), pool_);  // [T, nkv * hd]
@@ -187,7 +186,6 @@ class LlamaFamilyModel final : public CausalLM {
   TpRank tp_;
   TpHeads heads_;        // this rank's query and KV heads (all of them at tp 1)
   TpRange inter_, vocab_;  // this rank's MLP columns and LM-head rows
-  int64_t nh_ = 0, nkv_ = 0;
   AttentionSpec spec_;
   TensorView embed_, final_norm_;
   LinearWeight lm_head_;

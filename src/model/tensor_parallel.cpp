@@ -17,17 +17,21 @@ TpRange tp_split(int64_t n, const TpRank& tp) {
   return {n * tp.rank / tp.size, n * (tp.rank + 1) / tp.size};
 }
 
+TpRange tp_query_heads(int64_t n_head, const TpRank& tp) {
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
+    fail("tensor-parallel rank {} of {}: expected 0 <= rank < size", tp.rank, tp.size);
+  if (n_head % tp.size != 0) fail("--tensor-parallel-size {} does not divide the {} attention heads", tp.size, n_head);
+  return tp_split(n_head, tp);
+}
+
 TpHeads tp_heads(int64_t n_head, int64_t n_head_kv, const TpRank& tp) {
   const int64_t size = tp.size;
-  if (size < 1 || tp.rank < 0 || tp.rank >= size)
-    fail("tensor-parallel rank {} of {}: expected 0 <= rank < size", tp.rank, size);
-  if (n_head % size != 0) fail("--tensor-parallel-size {} does not divide the {} attention heads", size, n_head);
+  TpHeads h;
+  h.q = tp_query_heads(n_head, tp);
   if (size > n_head_kv && size % n_head_kv != 0)
     fail("--tensor-parallel-size {} is larger than and not a multiple of the {} KV heads", size, n_head_kv);
   if (size <= n_head_kv && n_head_kv % size != 0)
     fail("--tensor-parallel-size {} does not divide the {} KV heads", size, n_head_kv);
-  TpHeads h;
-  h.q = tp_split(n_head, tp);
   if (size <= n_head_kv) {
     h.kv = tp_split(n_head_kv, tp);
   } else {  // one KV head, shared with the size / n_head_kv - 1 ranks whose query heads also read it
@@ -206,10 +210,11 @@ std::unique_ptr<CausalLM> make_tensor_parallel(ModelFactory make, const ModelCon
     fail("--tensor-parallel-size must be >= 1, found {}", options.tensor_parallel_size);
   if (options.tensor_parallel_size == 1) return make(config, std::move(weights), options, pool);
   // The split must work for every rank: say so before building any.
-  if (config.mla && config.n_head % options.tensor_parallel_size != 0)
-    fail("--tensor-parallel-size {} does not divide the {} attention heads", options.tensor_parallel_size,
-         config.n_head);
-  if (!config.mla) tp_heads(config.n_head, config.n_head_kv, {0, options.tensor_parallel_size});
+  const TpRank first{0, options.tensor_parallel_size};
+  if (config.mla)
+    tp_query_heads(config.n_head, first);
+  else
+    tp_heads(config.n_head, config.n_head_kv, first);
   return std::make_unique<TensorParallelModel>(make, config, std::move(weights), options, pool);
 }
 

@@ -30,6 +30,9 @@ struct TpRange {
 // Rank tp.rank's share of n items: [n * rank / size, n * (rank + 1) / size).
 TpRange tp_split(int64_t n, const TpRank& tp);
 
+// The query heads a rank holds; Error naming --tensor-parallel-size unless size divides n_head.
+TpRange tp_query_heads(int64_t n_head, const TpRank& tp);
+
 // The query and KV heads a rank of a standard-attention model holds. Errors name
 // --tensor-parallel-size: size must divide n_head, and n_head_kv must divide size or be
 // divisible by it.
