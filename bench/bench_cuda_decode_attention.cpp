@@ -104,11 +104,12 @@ struct Variant {
 
 std::vector<Variant> all_variants() {
   std::vector<Variant> v;
-  auto add = [&](cuda::PagedDecodeKernel k, int target, int chunk, std::string label) {
+  auto add = [&](cuda::PagedDecodeKernel k, int target, int chunk, std::string label, bool from_lengths = false) {
     cuda::PagedDecodeTuning t;
     t.kernel = k;
     t.target_ctas = target;
     t.chunk_tokens = chunk;
+    t.chunks_from_lengths = from_lengths;
     v.push_back({std::move(label), t, cuda::paged_decode_kernel_fp8_only(k)});
   };
   using K = cuda::PagedDecodeKernel;
@@ -128,6 +129,10 @@ std::vector<Variant> all_variants() {
   add(K::FusedStagesFp8Mixed, 264, 0, "fused_stages_fp8mixed_ctas264");
   add(K::StreamK, 132, 0, "streamk_ctas132");  // one CTA per SM (the default is two)
   add(K::StreamK, 528, 0, "streamk_ctas528");
+  // chunks sized from each sequence's length over the planned grid (the default: the planned chunk at every length)
+  add(K::Base, 0, 0, "base_lengths", true);
+  add(K::Fused, 0, 0, "fused_lengths", true);
+  add(K::Fused, 264, 0, "fused_ctas264_lengths", true);
   return v;
 }
 

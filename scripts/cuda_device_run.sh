@@ -29,6 +29,7 @@ if has test; then
   # --gtest_brief=1: only failures (with their messages) and the [ info ] / [ note ] lines.
   timeout ${TEST_TIMEOUT:-300} $BIN/test_cuda ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} --gtest_brief=1 > /tmp/test_cuda.log 2>&1
   grep -v "^\[ note \]" /tmp/test_cuda.log | head -200
+  cp /tmp/test_cuda.log "$OUT/test_cuda.log"
   summary+=("tests: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test|^\[  SKIPPED \] [0-9]+' /tmp/test_cuda.log | tr '\n' ' ')")
 fi
 if has kernels; then

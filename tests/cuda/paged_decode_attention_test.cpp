@@ -65,6 +65,13 @@ std::vector<Variant> all_variants() {
   v.push_back(with(cuda::PagedDecodeKernel::Fused, 264, 0, "fused_ctas264"));
   v.push_back(with(cuda::PagedDecodeKernel::Fused, 1056, 0, "fused_ctas1056"));
   v.push_back(with(cuda::PagedDecodeKernel::FusedFp8Mixed, 0, 64, "fused_fp8mixed_chunk64"));
+  // chunks sized from each sequence's length over the grid planned for the bound
+  for (cuda::PagedDecodeKernel k : {cuda::PagedDecodeKernel::Base, cuda::PagedDecodeKernel::Fused}) {
+    Variant from_lengths = with(k, 0, 0, "");
+    from_lengths.tuning.chunks_from_lengths = true;
+    from_lengths.label = std::string(cuda::paged_decode_kernel_name(k)) + "_lengths";
+    v.push_back(from_lengths);
+  }
   // stream-K: one CTA walks every (sequence, KV head) pair; a handful of CTAs whose
   // ranges start and end mid-pair; more CTAs asked for than there are tiles
   v.push_back(with(cuda::PagedDecodeKernel::StreamK, 1, 0, "streamk_ctas1"));
@@ -289,7 +296,9 @@ void expect_matches(const PagedProblem& problem, const std::vector<float>& got, 
       problem.n_seqs(), c.n_head, c.n_head_kv, hd, c.fp8 ? KvDtype::Fp8E4M3 : KvDtype::Bf16, c.bound, problem.tuning());
   std::ostringstream where;
   where << c.describe() << " (kernel " << cuda::paged_decode_kernel_name(problem.tuning().kernel) << ", plan: chunk "
-        << plan.chunk_tokens << " tokens, " << plan.n_splits << " splits, " << plan.n_ctas << " CTAs, "
+        << plan.chunk_tokens << " tokens at the bound"
+        << (plan.length_chunk_min > 0 ? ", sized from each length" : "") << ", " << plan.n_splits << " splits, "
+        << plan.n_ctas << " CTAs, "
         << plan.threads << " threads, " << plan.stages << " stages)";
   size_t first_bad = got.size(), worst = 0;
   double worst_err = 0;
@@ -393,8 +402,9 @@ TEST_P(PagedDecodeAttention, LongContextsMergeManySplits) {
     const auto plan = cuda::paged_decode_plan(int(c.seq_lens.size()), c.n_head, c.n_head_kv, c.head_dim, KvDtype::Bf16,
                                               *std::max_element(c.seq_lens.begin(), c.seq_lens.end()), tuning());
     if (plan.stream_k) {  // stream-K merges where a pair's tiles span CTAs (one CTA: none to merge)
-      if (plan.n_ctas > 1)
+      if (plan.n_ctas > 1) {
         EXPECT_TRUE(streamk_splits_a_pair(c, plan)) << c.describe() << ": the test must exercise the merge";
+      }
     } else {
       EXPECT_GT(plan.n_splits, 2) << c.describe() << ": the test must exercise the merge";
     }
@@ -462,7 +472,7 @@ TEST_P(PagedDecodeAttention, LargerBoundGivesTheSameResult) {
   tight.seq_lens = {700, 33, 1200};
   tight.seed = 8;
   Case loose = tight;
-  loose.bound = 4 * 1200 + 100;  // more (and differently sized) splits, most of them empty
+  loose.bound = 4 * 1200 + 100;  // more (and differently sized) splits: most of them empty, or (_lengths) shorter
   PagedProblem a(tight, tuning()), b(loose, tuning());  // same seed: same cache contents and table
   const std::vector<float> out_a = a.run(device.stream()), out_b = b.run(device.stream());
   const std::vector<double> want = a.reference();
@@ -471,6 +481,26 @@ TEST_P(PagedDecodeAttention, LargerBoundGivesTheSameResult) {
   std::vector<double> out_a64(out_a.begin(), out_a.end());
   // both round the same f32 result to bf16; only the split order differs
   EXPECT_LT(testing::relative_l2(out_b, out_a64), 4e-3) << "bound " << tight.bound << " vs " << loose.bound;
+}
+
+// The grid is planned for the bound; lengths from 1 to the bound (tile edges, just past half of
+// it, the bound itself), with and without a window, each split into the grid's chunks.
+TEST_P(PagedDecodeAttention, LengthsFarBelowTheBound) {
+  LS_REQUIRE_GPU();
+  cuda::CudaDevice device;
+  uint32_t seed = 90;
+  for (int window : {0, 700})
+    for (auto [n_head, n_kv] : {std::pair{32, 8}, std::pair{32, 1}}) {
+      Case c;
+      c.n_head = n_head;
+      c.n_head_kv = n_kv;
+      c.block_size = 32;
+      c.sliding_window = window;
+      c.bound = 4096;
+      c.seq_lens = {1, 63, 65, 1000, 2049, 4096};
+      c.seed = seed++;
+      check_case(c, device.stream());
+    }
 }
 
 TEST_P(PagedDecodeAttention, CapturedGraphStaysValidAsLengthsGrow) {
@@ -570,6 +600,10 @@ TEST(PagedDecodeAttentionTuning, InvalidTuningThrows) {
     p.tuning.chunk_tokens = 64;
   });
   expect_throw("negative target", [](auto& p) { p.tuning.target_ctas = -1; });
+  expect_throw("fixed chunk with chunks from lengths", [](auto& p) {
+    p.tuning.chunk_tokens = 128;
+    p.tuning.chunks_from_lengths = true;
+  });
   expect_throw("fused without room for counters", [&](auto& p) {
     p.tuning.kernel = cuda::PagedDecodeKernel::Fused;
     p.workspace_bytes = cuda::paged_decode_plan(2, c.n_head, c.n_head_kv, c.head_dim, KvDtype::Bf16, 20).workspace_bytes;

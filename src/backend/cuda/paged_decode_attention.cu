@@ -76,28 +76,14 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1) paged_decode_s
     return v;
   };
 
-  int seq_len, lo, hi, first_block;
-  if constexpr (!kFast) {
-    seq_len = a.seq_lens[s];
-    lo = split * a.chunk_tokens;
-    hi = min(lo + a.chunk_tokens, seq_len);
-    if (a.sliding_window > 0) lo = max(lo, seq_len - a.sliding_window);
-  } else {
-    // Every global load of the prologue in flight at once: seq_len, the block ids of the whole
-    // chunk (speculative: those past seq_len are read but not used) and q.
-    const int chunk_lo = split * a.chunk_tokens;
-    first_block = chunk_lo >> a.log2_block_size;
-    const int n_spec = min(((chunk_lo + a.chunk_tokens - 1) >> a.log2_block_size) - first_block + 1,
-                           a.max_blocks_per_seq - first_block);
-    seq_len = a.seq_lens[s];
-    const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks_per_seq + first_block;
-    constexpr int kTableIters = (kTableCap + kThreadsC - 1) / kThreadsC;
-    int ids[kTableIters];
-#pragma unroll
-    for (int it = 0; it < kTableIters; ++it) {
-      const int i = tid + it * kThreadsC;
-      ids[it] = i < n_spec ? table[i] : 0;
-    }
+  const int seq_len = a.seq_lens[s];
+  const SeqChunks chunks = seq_chunks(a, seq_len);
+  const int lo = chunks.lo(split), hi = chunks.hi(split, seq_len);
+  const int first_block = lo >> a.log2_block_size;
+  if constexpr (kFast) {
+    // The prologue's loads in flight together: seq_len and q, then (seq_len places the chunk) its
+    // block ids. Reading a fixed chunk's ids speculatively, before seq_len arrives, measured the
+    // same (H100, 2026-12-05: geomean 1.002 over 36 shapes, docs/cuda-decode-attention.md).
     constexpr int kQIters = (C::kRows * (HD / 8) + kThreadsC - 1) / kThreadsC;
     uint4 qv[kQIters];
 #pragma unroll
@@ -105,19 +91,26 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1) paged_decode_s
       const int i = tid + it * kThreadsC;
       qv[it] = i < C::kRows * (HD / 8) ? load_q(i) : make_uint4(0, 0, 0, 0);
     }
+    const bool valid = seq_len > 0 && seq_len <= a.max_valid_len;  // else no block ids are read
+    const int n_table = valid && lo < hi ? ((hi - 1) >> a.log2_block_size) - first_block + 1 : 0;  // <= kTableCap
+    const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks_per_seq + first_block;
+    constexpr int kTableIters = (kTableCap + kThreadsC - 1) / kThreadsC;
+    int ids[kTableIters];
 #pragma unroll
     for (int it = 0; it < kTableIters; ++it) {
       const int i = tid + it * kThreadsC;
-      if (i < n_spec) table_s[i] = ids[it];
+      ids[it] = i < n_table ? table[i] : 0;
     }
 #pragma unroll
     for (int it = 0; it < kQIters; ++it) {
       const int i = tid + it * kThreadsC;
       if (i < C::kRows * (HD / 8)) store_q(i, qv[it]);
     }
-    lo = chunk_lo;
-    hi = min(lo + a.chunk_tokens, seq_len);
-    if (a.sliding_window > 0) lo = max(lo, seq_len - a.sliding_window);
+#pragma unroll
+    for (int it = 0; it < kTableIters; ++it) {
+      const int i = tid + it * kThreadsC;
+      if (i < n_table) table_s[i] = ids[it];
+    }
   }
 
   const bool bad_len = seq_len < 0 || seq_len > a.max_valid_len;
@@ -140,7 +133,6 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1) paged_decode_s
 
   if constexpr (!kFast) {
     // block ids of [lo, hi) -> shared memory (read once per chunk instead of once per row)
-    first_block = lo >> a.log2_block_size;
     const int n_table = ((hi - 1) >> a.log2_block_size) - first_block + 1;
     const int32_t* table = a.block_tables + int64_t(s) * a.max_blocks_per_seq + first_block;
     for (int i = tid; i < n_table; i += kThreadsC) table_s[i] = table[i];
@@ -263,8 +255,8 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1) paged_decode_s
   // fused: live chunks of this row [sp0, sp1]; one live chunk is the whole answer
   int sp0 = 0, sp1 = 0;
   if constexpr (kFused) {
-    sp0 = (a.sliding_window > 0 ? max(0, seq_len - a.sliding_window) : 0) / a.chunk_tokens;
-    sp1 = (seq_len - 1) / a.chunk_tokens;
+    sp0 = chunks.first();
+    sp1 = chunks.last(seq_len);
   }
   const bool direct = kFused && sp0 == sp1;
   for (int i = tid; i < group * (HD / 4); i += kThreadsC) {
@@ -371,8 +363,8 @@ __global__ void __launch_bounds__(kThreads) paged_decode_merge_kernel(const Kern
 #pragma unroll
     for (int i = 0; i < kPer; ++i) acc[i] = NAN;
   } else if (seq_len > 0) {
-    const int lo = a.sliding_window > 0 ? max(0, seq_len - a.sliding_window) : 0;
-    const int sp0 = lo / a.chunk_tokens, sp1 = (seq_len - 1) / a.chunk_tokens;
+    const SeqChunks ch = seq_chunks(a, seq_len);
+    const int sp0 = ch.first(), sp1 = ch.last(seq_len);
     const int64_t w0 = (int64_t(s) * a.n_head + qh) * a.n_splits;
     const float* ml = a.ws_ml + w0 * 2;
     float m_max = -INFINITY;
@@ -539,6 +531,9 @@ void validate_tuning(const PagedDecodeTuning& t, int group) {
     kernel_fail(k, "tuning.chunk_tokens must be 0 for streamk (its ranges follow from the lengths), found ",
                 t.chunk_tokens);
   const int tile = tile_keys_of(t.kernel, group);
+  if (t.chunks_from_lengths && t.chunk_tokens != 0)
+    kernel_fail(k, "tuning.chunk_tokens must be 0 with chunks_from_lengths (they are sized from each length), found ",
+                t.chunk_tokens);
   if (t.chunk_tokens < 0 || t.chunk_tokens > kMaxChunkTokens || t.chunk_tokens % tile != 0)
     kernel_fail(k, "tuning.chunk_tokens must be 0 or a multiple of ", tile, " (the ", paged_decode_kernel_name(t.kernel),
                 " tile at group ", group, ") <= ", kMaxChunkTokens, ", found ", t.chunk_tokens);
@@ -662,16 +657,19 @@ PagedDecodePlan paged_decode_plan(int n_seqs, int n_head, int n_head_kv, int hea
     return plan;
   }
   const int tile = tile_keys_of(tuning.kernel, group);
+  const int floor_tokens = std::max(min_chunk_tiles(group, dtype) * kTileKeys, tile);
   plan.chunk_tokens =
       tuning.chunk_tokens > 0
           ? tuning.chunk_tokens
           : relax_chunk_for_idle_sms(
-                plan_chunk_tokens(n_seqs, n_head_kv, std::max(min_chunk_tiles(group, dtype) * kTileKeys, tile),
-                                  max_seq_len_bound,
+                plan_chunk_tokens(n_seqs, n_head_kv, floor_tokens, max_seq_len_bound,
                                   tuning.target_ctas > 0 ? tuning.target_ctas
                                                          : default_target_ctas(n_seqs, n_head_kv)),
                 n_seqs, n_head_kv, max_seq_len_bound, tile);
   plan.n_splits = ceil_div(max_seq_len_bound, plan.chunk_tokens);
+  // From the length: never above the planned chunk (lengths <= bound), never below its floor.
+  if (tuning.chunks_from_lengths)
+    plan.length_chunk_min = std::min(plan.chunk_tokens, floor_tokens);
   plan.n_ctas = plan.n_splits * n_head_kv * n_seqs;
   plan.fused = paged_decode_kernel_is_fused(tuning.kernel);
   plan.workspace_bytes = workspace_bytes_for(n_seqs, n_head, head_dim, plan.n_splits) +
@@ -755,6 +753,7 @@ void paged_decode_attention(const PagedDecodeParams& p, cudaStream_t stream) {
   a.max_valid_len = int(std::min<int64_t>(p.max_seq_len_bound, int64_t(p.max_blocks_per_seq) * p.block_size));
   a.chunk_tokens = plan.chunk_tokens;
   a.n_splits = plan.n_splits;
+  a.length_chunk_min = plan.length_chunk_min;
   a.ws_acc = static_cast<float*>(p.workspace);
   a.ws_ml = a.ws_acc + size_t(p.n_seqs) * p.n_head * plan.n_splits * p.head_dim;  // 16-byte aligned: head_dim % 4 == 0
   // counters: fixed places counted down from the end of the workspace (the same for every step)
@@ -767,6 +766,7 @@ void paged_decode_attention(const PagedDecodeParams& p, cudaStream_t stream) {
     return;
   }
   const PagedDecodeKernel kernel = p.tuning.kernel == PagedDecodeKernel::StreamK ? streamk_fallback().kernel : p.tuning.kernel;
+  a.chunk_align = tile_keys_of(kernel, a.group);
 
   // ws_acc: [n_seqs, n_head, n_splits, head_dim] f32; ws_ml: [n_seqs, n_head, n_splits, 2] f32
   const dim3 split_grid(plan.n_splits, p.n_head_kv, p.n_seqs);

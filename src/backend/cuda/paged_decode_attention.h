@@ -30,8 +30,8 @@ namespace latentserve::cuda {
 //   Base          128 threads, 3-4 cp.async stages, separate merge kernel (the kernel as first measured)
 //   Pdl           Base + griddepcontrol.launch_dependents at the start of both kernels (the next
 //                 kernel's launch hides under this one's tail)
-//   Prologue      Pdl + a prologue whose seq_len, block-table and q loads are all in flight at once
-//                 (one global round trip before the first K/V copy instead of two)
+//   Prologue      Pdl + a prologue whose q loads are in flight with seq_len's, the chunk's block
+//                 ids right behind it (two global round trips before the first K/V copy, not three)
 //   Fused         Prologue + the merge fused into the split kernel: the last CTA of a (sequence, KV
 //                 head) merges the partials (atomic counter at the end of the workspace, reset by that
 //                 CTA); a sequence whose live context is one chunk writes its output directly
@@ -70,6 +70,14 @@ struct PagedDecodeTuning {
   int target_ctas = 0;   // > 0: the CTA count the chunk planner aims at (default 528 = 4 x 132; 132 for <= 64 pairs)
   int chunk_tokens = 0;  // > 0: fixed chunk, a multiple of the variant's tile (64, or 128 for FusedW8 at group <= 16), <= 1024
                          // (StreamK: must be 0; its CTAs' ranges follow from the step's lengths)
+  // The grid (n_splits per (sequence, KV head)) is planned from max_seq_len_bound, and by default
+  // split i covers [i * chunk, (i + 1) * chunk) at every length (a sequence half as long as the
+  // bound leaves half of its CTAs without keys). true: each sequence's chunks are sized in the
+  // kernel from its length (its live keys over n_splits, rounded up to the tile, never below the
+  // planned floor), so every CTA has keys at any length. Measured on par or slower (H100,
+  // 2026-12-05, docs/cuda-decode-attention.md): a tested variant, not the default. Needs
+  // chunk_tokens 0.
+  bool chunks_from_lengths = false;
 };
 
 struct PagedDecodeParams {
@@ -115,7 +123,8 @@ void paged_decode_attention(const PagedDecodeParams& p, cudaStream_t stream);
 
 // The launch shape paged_decode_attention picks (host arithmetic only; for benchmarks and docs).
 struct PagedDecodePlan {
-  int chunk_tokens = 0;  // context tokens per CTA (a multiple of the key tile)
+  int chunk_tokens = 0;  // context tokens per CTA at the bound (a multiple of the key tile)
+  int length_chunk_min = 0;  // > 0: chunks sized from each length, at least this many tokens; 0: chunk_tokens for every length
   int n_splits = 0;      // CTAs per (sequence, KV head): ceil(max_seq_len_bound / chunk_tokens)
   int n_ctas = 0;        // n_splits * n_head_kv * n_seqs
   size_t workspace_bytes = 0;  // what this launch uses (<= paged_decode_workspace_bytes); fused: partials + counters

@@ -105,13 +105,36 @@ struct KernelArgs {
   float softmax_scale;
   int sliding_window;
   int max_valid_len;  // min(max_seq_len_bound, max_blocks_per_seq * block_size): longer rows are invalid
-  int chunk_tokens, n_splits;
+  int chunk_tokens, n_splits;  // the plan at the bound: n_splits CTAs per (sequence, KV head)
+  int length_chunk_min;        // > 0: chunks sized from each sequence's length (SeqChunks), at least this; 0: fixed chunk_tokens
+  int chunk_align;             // length-sized chunks round up to this (the variant's key tile)
   int n_seqs;              // the stream-K kernel's prefix over the batch
   unsigned* counters_end;  // fused variants: counter of (s, kvh) at counters_end - (s * n_head_kv + kvh)
   float* ws_acc;  // [n_seqs, n_head, n_splits, head_dim] unnormalised sum p_i v_i (relative to ws_ml's max)
   float* ws_ml;   // [n_seqs, n_head, n_splits, 2] (max in log2 units, sum p_i); max -inf = empty chunk
   uint16_t* out;  // bf16 bits
 };
+
+// How one sequence's live keys [live_lo, seq_len) split over the grid's n_splits CTAs: split i
+// covers [origin + i * chunk, origin + (i + 1) * chunk) clipped to the live keys, so the live
+// splits are [first, last]. Fixed plan (length_chunk_min 0): origin 0, chunk = chunk_tokens, the
+// same for every length up to the bound (a sequence half as long as the bound leaves half of its
+// CTAs idle). From the length: origin = live_lo and chunk = ceil(live / n_splits) rounded up to
+// the tile, at least length_chunk_min, so every CTA of the grid has keys at any length.
+struct SeqChunks {
+  int live_lo, origin, chunk;
+  __device__ __forceinline__ int lo(int split) const { return max(origin + split * chunk, live_lo); }
+  __device__ __forceinline__ int hi(int split, int seq_len) const { return min(origin + (split + 1) * chunk, seq_len); }
+  __device__ __forceinline__ int first() const { return (live_lo - origin) / chunk; }
+  __device__ __forceinline__ int last(int seq_len) const { return (seq_len - 1 - origin) / chunk; }
+};
+__device__ __forceinline__ SeqChunks seq_chunks(const KernelArgs& a, int seq_len) {
+  const int live_lo = a.sliding_window > 0 ? max(0, seq_len - a.sliding_window) : 0;
+  if (a.length_chunk_min == 0) return SeqChunks{live_lo, 0, a.chunk_tokens};
+  const int per = (seq_len - live_lo + a.n_splits - 1) / a.n_splits;
+  const int chunk = max(a.length_chunk_min, (per + a.chunk_align - 1) / a.chunk_align * a.chunk_align);
+  return SeqChunks{live_lo, live_lo, chunk};
+}
 
 // ---- PTX wrappers ----
 __device__ __forceinline__ void griddep_wait() {
