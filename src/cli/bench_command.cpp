@@ -172,13 +172,14 @@ Measured time_steps(std::vector<Sequence>& seqs, int64_t context, const BenchArg
   return {median * 1e3, double(context + a.warmup) + double(a.steps - 1) / 2};
 }
 
-// batch sequences at `context` cached tokens (copied from `source`), timed by time_steps.
+// batch sequences at `context` cached tokens (`source`'s rows, stored in the cache's dtype),
+// timed by time_steps.
 Measured time_decode(CausalLM& model, const SourceKv& source, const std::vector<int32_t>& prompt, int64_t batch,
-                     int64_t context, const BenchArgs& a) {
+                     int64_t context, const BenchArgs& a, const cpu::KvCacheOptions& kv_options) {
   const int64_t bs = a.block_size, total = context + a.warmup + a.steps;
   const int64_t blocks_per_seq = (total + bs - 1) / bs;
   BlockPool pool(batch * blocks_per_seq, bs);
-  cpu::CpuKvCache kv(model.attention_spec(), model.n_layer(), pool.n_blocks(), bs);
+  cpu::CpuKvCache kv(model.attention_spec(), model.n_layer(), pool.n_blocks(), bs, kv_options);
   std::vector<Sequence> seqs;
   seqs.reserve(size_t(batch));
   for (int64_t i = 0; i < batch; ++i) {
@@ -187,12 +188,12 @@ Measured time_decode(CausalLM& model, const SourceKv& source, const std::vector<
     Sequence& s = seqs.back();
     if (!s.block_table.reserve(total, pool)) fail("bench: block pool too small");
     s.n_computed_tokens = context;
+    std::vector<int64_t> slots(static_cast<size_t>(context));
+    for (int64_t p = 0; p < context; ++p) slots[size_t(p)] = s.block_table.slot(p);
+    const bool has_v = kv.v_rows(0).data != nullptr;  // MLA caches one latent row, no V
     for (int64_t l = 0; l < model.n_layer(); ++l)
-      for (int64_t p = 0; p < context; ++p) {
-        const int64_t slot = s.block_table.slot(p), rf = source.row_floats;
-        std::memcpy(kv.k(l) + slot * rf, &source.k[size_t(l)][size_t(p * rf)], size_t(rf) * 4);
-        if (float* v = kv.v(l)) std::memcpy(v + slot * rf, &source.v[size_t(l)][size_t(p * rf)], size_t(rf) * 4);
-      }
+      kv.write(l, source.k[size_t(l)].data(), source.row_floats, has_v ? source.v[size_t(l)].data() : nullptr,
+               source.row_floats, slots.data(), context);
   }
   std::vector<float> logits(size_t(batch * model.vocab_size()));
   return time_steps(seqs, context, a, [&](const ForwardBatch& b, std::vector<int32_t>& next) {
@@ -300,7 +301,6 @@ int run_bench_decode(const BenchArgs& a) {
   cpu::KvCacheOptions kv_options;
   kv_options.dtype = cpu::parse_kv_cache_dtype(a.kv_cache_dtype);
   if (on_gpu && kv_options.dtype == DType::F32) kv_options.dtype = DType::BF16;  // auto on the GPU
-  if (!on_gpu && kv_options.dtype != DType::F32) fail("--kv-cache-dtype: the CPU bench runs the f32 cache only");
   kv_options.scale = cpu::KvScaleGranularity::PerHead;
   const DType kv_dtype = kv_options.dtype;
 
@@ -376,7 +376,7 @@ int run_bench_decode(const BenchArgs& a) {
       for (int64_t batch : batches) {
         Measured m{0, double(ctx + a.warmup) + double(a.steps - 1) / 2};
         bool measured_here = runnable;
-        if (runnable && !on_gpu) m = time_decode(*model, source, prompt, batch, ctx, a);
+        if (runnable && !on_gpu) m = time_decode(*model, source, prompt, batch, ctx, a, kv_options);
 #ifdef LATENTSERVE_HAVE_CUDA
         if (runnable && on_gpu) {
           const auto gpu_m = time_decode_cuda(*model, prompt, batch, ctx, a, kv_options);
@@ -443,7 +443,7 @@ Command add_bench_command(CLI::App& app) {
   decode->add_option("--json", a->json_path, "where to write the results");
   decode->add_option("--device", a->device, "cpu (default) or cuda");
   decode->add_option("--plot", a->plot, "also plot measured vs floor to this PNG (gnuplot)");
-  decode->add_option("--kv-cache-dtype", a->kv_cache_dtype, "cuda: bf16 (auto) or fp8_e4m3 (per-head scales); the CPU bench runs f32");
+  decode->add_option("--kv-cache-dtype", a->kv_cache_dtype, "cpu: f32 (auto), bf16 or fp8_e4m3; cuda: bf16 (auto) or fp8_e4m3 (FP8: per-head scales)");
   decode->add_option("--gpu-memory-utilization", a->gpu_memory_utilization, "cuda: share of GPU memory for weights + activations + KV");
   return {decode, [a] { return run_bench_decode(*a); }};
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -153,6 +154,34 @@ TEST(BenchCli, ModelDirMeasuresThatCheckpoint) {
   }
   EXPECT_EQ(result["weight_dtype"], "BF16");
   std::filesystem::remove(json_path);
+}
+
+// --kv-cache-dtype on the CPU: the cache is stored in that dtype, and the floor charges its
+// bytes, (n_layer x 2 x n_kv x head_dim) elements per cached token at 4, 2 or 1 bytes.
+TEST(BenchCli, CpuKvCacheDtypeSetsTheCachedBytes) {
+  const std::filesystem::path dir = std::filesystem::path(LATENTSERVE_FIXTURES_DIR) / "llama_gqa_bf16";
+  std::ifstream config_in(dir / "config.json");
+  const auto config = nlohmann::json::parse(config_in);
+  const double elements_per_token = double(config["num_hidden_layers"].get<int>()) * 2 *
+                                    config["num_key_value_heads"].get<int>() *
+                                    config["head_dim"].get<int>();
+  for (const auto& [dtype, bytes] : {std::pair{"f32", 4.0}, std::pair{"bf16", 2.0}, std::pair{"fp8_e4m3", 1.0}}) {
+    const std::string json_path =
+        (std::filesystem::temp_directory_path() / (std::string("bench_kv_dtype_") + dtype + ".json")).string();
+    Output out = run("bench decode --model " + dir.string() + " --kv-cache-dtype " + dtype +
+                     " --batch 2 --context 48 --steps 2 --warmup 1 --json " + json_path);
+    ASSERT_EQ(out.exit_code, 0) << dtype << "\n" << out.text;
+    std::ifstream result_in(json_path);
+    const auto result = nlohmann::json::parse(result_in);
+    EXPECT_EQ(result["kv_cache_dtype"], dtype);
+    ASSERT_EQ(result["rows"].size(), 1u);
+    const auto& row = result["rows"][0];
+    EXPECT_GT(row["measured_tpot_ms"].get<double>(), 0.0);
+    const double tokens = 2 * std::floor(row["mean_context_tokens"].get<double>() + 0.5);  // the floor's context
+    EXPECT_NEAR(row["kv_bytes"].get<double>(), tokens * elements_per_token * bytes, 1e-6 * tokens * elements_per_token)
+        << dtype;
+    std::filesystem::remove(json_path);
+  }
 }
 
 }  // namespace

@@ -34,9 +34,10 @@ TEST(Presets, ParameterCountsMatchThePublishedTotals) {
   for (const auto& p : published) {
     const ParamCounts c = count_params(model_preset(p.preset));
     EXPECT_NEAR(double(c.total) / p.total_params, 1.0, p.tolerance) << p.preset << " total " << c.total;
-    if (p.active_params > 0)
+    if (p.active_params > 0) {
       EXPECT_NEAR(double(c.active_per_token) / p.active_params, 1.0, p.tolerance)
           << p.preset << " active " << c.active_per_token;
+    }
   }
 }
 
