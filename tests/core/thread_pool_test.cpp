@@ -43,7 +43,9 @@ TEST(ThreadPool, CoversTheRangeExactlyOnceInBoundedChunks) {
           std::vector<int> hits(size_t(n), 0);
           for (const auto& c : chunks) {
             ASSERT_LT(c.begin, c.end);
-            if (chunks.size() > 1) ASSERT_GE(c.end - c.begin, min_chunk);
+            if (chunks.size() > 1) {
+              ASSERT_GE(c.end - c.begin, min_chunk);
+            }
             for (int64_t i = c.begin; i < c.end; ++i) ++hits[size_t(i - begin)];
           }
           for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)], 1) << "index " << begin + i;

@@ -27,7 +27,9 @@ void expect_view_holds(const TensorView& v, const TensorSpec& spec, DType dtype)
     stride *= spec.shape[size_t(i)];
   }
   ASSERT_EQ(v.size_bytes(), spec.bytes.size()) << spec.name;
-  if (!spec.bytes.empty()) EXPECT_EQ(std::memcmp(v.data, spec.bytes.data(), spec.bytes.size()), 0) << spec.name;
+  if (!spec.bytes.empty()) {
+    EXPECT_EQ(std::memcmp(v.data, spec.bytes.data(), spec.bytes.size()), 0) << spec.name;
+  }
 }
 
 TEST(Safetensors, ReadsBackEveryDtype) {

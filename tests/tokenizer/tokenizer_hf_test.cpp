@@ -97,7 +97,9 @@ TEST_P(HfAgreement, IdsDecodeRoundTripAndStreaming) {
   EXPECT_EQ(stream_mismatch, 0u) << name << ": streaming differs from full decode";
   EXPECT_EQ(our_roundtrip, hf_roundtrip) << name << ": decode(encode(x), skip_special_tokens) == x";
   const bool variant = name == "llama2_metaspace" || name == "qwen3_nfkc_digits";
-  if (!variant) EXPECT_GT(hf_roundtrip, corpus.size() / 2) << name << ": the corpus should mostly round-trip";
+  if (!variant) {
+    EXPECT_GT(hf_roundtrip, corpus.size() / 2) << name << ": the corpus should mostly round-trip";
+  }
   std::printf("[ %s ] %zu lines, all ids equal to HF; round trip holds on %zu lines (as in HF)\n", name.c_str(),
               corpus.size(), hf_roundtrip);
 }
