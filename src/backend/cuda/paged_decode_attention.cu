@@ -25,7 +25,8 @@ using namespace paged_decode;
 // grid (n_splits, n_head_kv, n_seqs), WARPS * 32 threads. FLAGS 0, WARPS 4, POLICY kStagesBase:
 // the Base kernel.
 template <int HD, bool FP8, int MT, int NMG, int WARPS, int POLICY, int FLAGS>
-__global__ void __launch_bounds__(WARPS * 32, WARPS == 4 ? 2 : 1) paged_decode_split_kernel(const KernelArgs a) {
+__global__ void __launch_bounds__(WARPS * 32, WARPS == 8 ? 1 : POLICY == kStagesFill3 ? 3 : 2)
+    paged_decode_split_kernel(const KernelArgs a) {
   using C = Config<HD, FP8, MT, NMG, WARPS, POLICY>;
   constexpr int kThreadsC = C::kThreads;
   constexpr int kTile = C::kTileKeys;
@@ -456,6 +457,8 @@ KernelShape split_kernel(const KernelArgs* args, dim3 grid, cudaStream_t stream)
   static_assert(C::kSmemBytes <= kSmemPerCtaMax - 64, "shared memory per CTA");
   static_assert(WARPS != 4 || C::kSmemBytes <= kSmemPerSm / 2 - kSmemReservedPerCta - 64 || POLICY == kStagesBase,
                 "the Fill2 policy keeps two CTAs per SM");
+  static_assert(POLICY != kStagesFill3 || (MT == 1 && NMG == 1 && C::kSmemBytes <= kSmemPerSm / 3 - kSmemReservedPerCta),
+                "the Fill3 policy keeps three CTAs per SM (one m-tile: <= 170 registers)");
   if (args != nullptr) {
     static bool configured = false;
     auto kernel = paged_decode_split_kernel<HD, FP8, MT, NMG, WARPS, POLICY, FLAGS>;
@@ -470,9 +473,11 @@ KernelShape split_kernel(const KernelArgs* args, dim3 grid, cudaStream_t stream)
 template <int HD, bool FP8, int WARPS, int POLICY, int FLAGS>
 KernelShape split_for_group(int group, const KernelArgs* args, dim3 grid, cudaStream_t stream) {
   if constexpr (WARPS == 4) {
+    // three CTAs per SM need one m-tile's registers: larger groups run the Base stage count
+    constexpr int kLargePolicy = POLICY == kStagesFill3 ? kStagesBase : POLICY;
     if (group <= 16) return split_kernel<HD, FP8, 1, 1, 4, POLICY, FLAGS>(args, grid, stream);
-    if (group <= 32) return split_kernel<HD, FP8, 2, 1, 4, POLICY, FLAGS>(args, grid, stream);
-    return split_kernel<HD, FP8, 2, 2, 4, POLICY, FLAGS>(args, grid, stream);
+    if (group <= 32) return split_kernel<HD, FP8, 2, 1, 4, kLargePolicy, FLAGS>(args, grid, stream);
+    return split_kernel<HD, FP8, 2, 2, 4, kLargePolicy, FLAGS>(args, grid, stream);
   } else {
     if (group <= 16) return split_kernel<HD, FP8, 1, 1, 8, POLICY, FLAGS>(args, grid, stream);
     if (group <= 32) return split_kernel<HD, FP8, 1, 2, 8, POLICY, FLAGS>(args, grid, stream);
@@ -499,6 +504,7 @@ KernelShape split_for_kernel(PagedDecodeKernel kernel, int group, const KernelAr
     case PagedDecodeKernel::FusedFp8Alu: return split_for_group<HD, FP8, 4, kStagesBase, kAlu>(group, args, grid, stream);
     case PagedDecodeKernel::FusedStagesFp8Mixed:
       return split_for_group<HD, FP8, 4, kStagesFill2, kMixed>(group, args, grid, stream);
+    case PagedDecodeKernel::FusedFill3: return split_for_group<HD, FP8, 4, kStagesFill3, kF>(group, args, grid, stream);
     case PagedDecodeKernel::StreamK:  // launched by streamk_kernel; here only where it falls back
     case PagedDecodeKernel::kCount: break;
   }
@@ -617,6 +623,7 @@ const char* paged_decode_kernel_name(PagedDecodeKernel kernel) {
     case PagedDecodeKernel::FusedFp8Alu: return "fused_fp8alu";
     case PagedDecodeKernel::FusedStagesFp8Mixed: return "fused_stages_fp8mixed";
     case PagedDecodeKernel::StreamK: return "streamk";
+    case PagedDecodeKernel::FusedFill3: return "fused_fill3";
     case PagedDecodeKernel::kCount: break;
   }
   return "unknown";

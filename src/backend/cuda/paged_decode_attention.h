@@ -46,6 +46,9 @@ namespace latentserve::cuda {
 //                 (sequence, KV head, tile) order, an equal range per CTA, the pipeline unbroken
 //                 across pairs; per-warp partials merged by the last CTA of each pair (counters
 //                 as Fused). Groups <= 16 and batches <= 256; other steps run Fused.
+//   FusedFill3    Fused with the stages (<= 4) that fit three CTAs per SM (bf16 hd128: 2), at most
+//                 170 registers: 12 warps per SM instead of 8 to hide each CTA's barrier waits.
+//                 Groups <= 16 (one m-tile); larger groups run Fused.
 // For a bf16 cache the three Fp8 variants run exactly the Fused / FusedStages kernels.
 enum class PagedDecodeKernel : int {
   Base = 0,
@@ -58,6 +61,7 @@ enum class PagedDecodeKernel : int {
   FusedFp8Alu,
   FusedStagesFp8Mixed,
   StreamK,
+  FusedFill3,
   kCount
 };
 const char* paged_decode_kernel_name(PagedDecodeKernel kernel);

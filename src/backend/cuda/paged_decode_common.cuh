@@ -35,6 +35,7 @@ constexpr int kFlagFp8AluV = 16;      // FP8 V: likewise
 constexpr int kStagesBase = 0;   // 3 stages when a stage exceeds 20 KB, else 4 (Base)
 constexpr int kStagesFill2 = 1;  // the most stages (<= 6) that still fit two CTAs per SM
 constexpr int kStagesFill1 = 2;  // the most stages (<= 8) that fit one CTA per SM
+constexpr int kStagesFill3 = 3;  // the most stages (<= 4) that still fit three CTAs per SM (groups <= 16)
 constexpr int kSmemPerSm = 228 * 1024, kSmemReservedPerCta = 1024, kSmemPerCtaMax = 227 * 1024;
 
 // ---- shared-memory geometry and warp roles of one kernel ----
@@ -81,6 +82,7 @@ struct Config {
   static constexpr int kStages =
       POLICY == kStagesBase    ? (kStageBytes > 20480 ? 3 : 4)  // ~64 KB of copies in flight per CTA
       : POLICY == kStagesFill2 ? fill_stages(kSmemPerSm / 2 - kSmemReservedPerCta - 64, 6)
+      : POLICY == kStagesFill3 ? fill_stages(kSmemPerSm / 3 - kSmemReservedPerCta - 64, 4)
                                : fill_stages(kSmemPerCtaMax - 64, 8);
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kPipeOrRed = kPipeBytes > kRedBytes ? kPipeBytes : kRedBytes;
