@@ -54,4 +54,13 @@ int64_t AttentionSpec::kv_bytes_per_token(DType kv_dtype, int64_t n_layer) const
   return kv_elements_per_token() * int64_t(dtype_size_bytes(kv_dtype)) * n_layer;
 }
 
+KvHeadSplit split_kv_heads(int64_t n_head, int64_t n_head_kv, int64_t tp, std::string_view flag) {
+  if (n_head % tp != 0) fail("{} {} does not divide the {} attention heads", flag, tp, n_head);
+  if (tp > n_head_kv && tp % n_head_kv != 0)
+    fail("{} {} is larger than and not a multiple of the {} KV heads", flag, tp, n_head_kv);
+  if (tp <= n_head_kv && n_head_kv % tp != 0) fail("{} {} does not divide the {} KV heads", flag, tp, n_head_kv);
+  if (tp > n_head_kv) return {1, tp / n_head_kv};
+  return {n_head_kv / tp, 1};
+}
+
 }  // namespace latentserve

@@ -3,6 +3,7 @@
 // kv_bytes_per_token is the one formula the KV pool, the planner and the benchmarks share.
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "core/dtype.h"
 
@@ -37,5 +38,17 @@ struct AttentionSpec {
   // Bytes cached per token over n_layer layers in the given KV dtype.
   int64_t kv_bytes_per_token(DType kv_dtype, int64_t n_layer = 1) const;
 };
+
+// How `tp` ranks that split the query heads evenly share n_head_kv KV heads: split evenly
+// when tp <= n_head_kv, else each KV head is held by the tp / n_head_kv ranks whose query
+// heads read it. The one rule behind the model's sharding (model/tensor_parallel.h) and the
+// planner's cache figures (perf/kv_calculator.h). Errors name `flag` (--tp,
+// --tensor-parallel-size): tp must divide n_head, and n_head_kv must divide tp or be
+// divisible by it.
+struct KvHeadSplit {
+  int64_t kv_heads_per_rank = 0;
+  int64_t replication = 1;  // ranks holding each KV head
+};
+KvHeadSplit split_kv_heads(int64_t n_head, int64_t n_head_kv, int64_t tp, std::string_view flag);
 
 }  // namespace latentserve

@@ -25,16 +25,12 @@ TpRange tp_query_heads(int64_t n_head, const TpRank& tp) {
 }
 
 TpHeads tp_heads(int64_t n_head, int64_t n_head_kv, const TpRank& tp) {
-  const int64_t size = tp.size;
   TpHeads h;
   h.q = tp_query_heads(n_head, tp);
-  if (size > n_head_kv && size % n_head_kv != 0)
-    fail("--tensor-parallel-size {} is larger than and not a multiple of the {} KV heads", size, n_head_kv);
-  if (size <= n_head_kv && n_head_kv % size != 0)
-    fail("--tensor-parallel-size {} does not divide the {} KV heads", size, n_head_kv);
-  if (size <= n_head_kv) {
+  const KvHeadSplit split = split_kv_heads(n_head, n_head_kv, tp.size, "--tensor-parallel-size");
+  if (split.replication == 1) {
     h.kv = tp_split(n_head_kv, tp);
-  } else {  // one KV head, shared with the size / n_head_kv - 1 ranks whose query heads also read it
+  } else {  // one KV head, shared with the other ranks whose query heads also read it
     const int64_t kv = h.q.begin / (n_head / n_head_kv);
     h.kv = {kv, kv + 1};
   }

@@ -26,7 +26,7 @@ double mla_equivalent_kv_heads(const AttentionSpec& spec) {
 
 TpKvLayout tp_kv_layout(const AttentionSpec& spec, int64_t n_layer, DType kv_dtype, int64_t tp) {
   if (tp <= 0) fail("--tp must be a positive integer, got {}", tp);
-  if (spec.n_head % tp != 0) fail("--tp {} does not divide the {} attention heads", tp, spec.n_head);
+  if (spec.n_head % tp != 0) fail("--tp {} does not divide the {} attention heads", tp, spec.n_head);  // MLA too
   TpKvLayout l;
   l.tp = tp;
   l.query_heads_per_gpu = spec.n_head / tp;
@@ -46,10 +46,9 @@ TpKvLayout tp_kv_layout(const AttentionSpec& spec, int64_t n_layer, DType kv_dty
     return l;
   }
   const int64_t n_kv = spec.n_head_kv;
-  if (tp > n_kv && tp % n_kv != 0) fail("--tp {} is larger than and not a multiple of the {} KV heads", tp, n_kv);
-  if (tp <= n_kv && n_kv % tp != 0) fail("--tp {} does not divide the {} KV heads", tp, n_kv);
-  l.kv_heads_per_gpu = tp > n_kv ? 1 : n_kv / tp;
-  l.kv_head_replication = tp > n_kv ? tp / n_kv : 1;
+  const KvHeadSplit split = split_kv_heads(spec.n_head, n_kv, tp, "--tp");
+  l.kv_heads_per_gpu = split.kv_heads_per_rank;
+  l.kv_head_replication = split.replication;
   l.bytes_per_token_per_gpu = per_layer / n_kv * l.kv_heads_per_gpu * n_layer;
   if (l.kv_head_replication > 1)
     l.note = fmt::format("TP {} > {} KV heads: each KV head is replicated on {} ranks ({}x the cache of an even split)",

@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "model/architectures.h"
 #include "model/tensor_parallel.h"
+#include "perf/kv_calculator.h"
 
 namespace latentserve {
 namespace {
@@ -56,6 +59,27 @@ TEST(TensorParallel, HeadsSplitEvenlyOrReplicateTheKvHeads) {
     covered = v.end;
   }
   EXPECT_EQ(covered, 256);
+}
+
+// The planner's cache figures (perf::tp_kv_layout) and the model's sharding (tp_heads) follow
+// one rule: counted from the ranks' actual KV ranges, each rank holds kv_heads_per_gpu heads
+// and each KV head sits on kv_head_replication ranks.
+TEST(TensorParallel, RanksHoldWhatThePlannerCounts) {
+  for (auto [n_head, n_kv] : {std::pair<int64_t, int64_t>{32, 8}, {32, 2}, {48, 6}, {64, 8}, {16, 1}, {8, 8}})
+    for (int64_t tp : {1, 2, 4, 8, 16}) {
+      if (n_head % tp != 0 || (tp > n_kv ? tp % n_kv : n_kv % tp) != 0) continue;
+      const perf::TpKvLayout layout =
+          perf::tp_kv_layout(AttentionSpec::standard(n_head, n_kv, 64, 64), 1, DType::BF16, tp);
+      std::vector<int64_t> ranks_per_kv_head(size_t(n_kv), 0);
+      for (int r = 0; r < tp; ++r) {
+        const TpHeads h = tp_heads(n_head, n_kv, {r, int(tp)});
+        EXPECT_EQ(h.kv.size(), layout.kv_heads_per_gpu) << n_head << "/" << n_kv << " heads, tp " << tp;
+        for (int64_t kv = h.kv.begin; kv < h.kv.end; ++kv) ++ranks_per_kv_head[size_t(kv)];
+      }
+      for (int64_t kv = 0; kv < n_kv; ++kv)
+        EXPECT_EQ(ranks_per_kv_head[size_t(kv)], layout.kv_head_replication)
+            << "KV head " << kv << " of " << n_kv << ", tp " << tp;
+    }
 }
 
 TEST(TensorParallel, SizesAModelCannotBeSplitByAreNamed) {
