@@ -7,7 +7,7 @@
 #   3. `latentserve bench decode --device cuda` on the Llama-3-8B shape,
 # and prints a short summary last. Logs go to $OUT. STAGES (default "test kernels peers e2e";
 # also "gemm": the GEMM table alone, "cli", "ncu", "serve": bench serve against serve --device cuda)
-# picks a subset; QUICK=1 runs the reduced benchmark sets; BENCH_ARGS go to every kernel bench
+# picks a subset; QUICK=1 runs the reduced benchmark sets; BENCH_ARGS go to every kernel bench, E2E_ARGS to bench decode
 # (e.g. "--variants fused,streamk" with BENCHES=bench_cuda_decode_attention).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -52,7 +52,7 @@ if has e2e; then  # E2E_ENVS="default LATENTSERVE_CUDA_L2_PREFETCH_MB=32": one r
     ( [ "$setting" = default ] || export "$setting"
       timeout ${E2E_TIMEOUT:-300} $BIN/latentserve bench decode --device cuda --synthetic llama3-8b --attention ${E2E_ATTENTION:-gqa8,mha} \
         --batch ${E2E_BATCH:-1,8,32,64} --context ${E2E_CONTEXT:-1024,8192,32768} --steps ${E2E_STEPS:-10} --warmup 3 \
-        --json "$OUT/bench_decode_cuda_$tag.json" 2>&1 | tail -60 )
+        ${E2E_ARGS:-} --json "$OUT/bench_decode_cuda_$tag.json" 2>&1 | tail -60 )
   done
 fi
 if has cli; then  # the CLI on the GPU: generate (vs the CPU), batch with a device-sized KV cache

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -87,6 +88,15 @@ class CudaLlamaModel final : public CausalLM {
       if (found == std::end(cuda::kGemvConfigs))
         fail("LATENTSERVE_CUDA_GEMV_CONFIG='{}' names no gemv configuration (r4u4, r4u8, r2u8, r1u8)", name);
       gemm_->set_gemv_config(*found);
+    }
+    // Decode-attention kernel for every decode step instead of the model's choice below.
+    if (const char* name = std::getenv("LATENTSERVE_CUDA_DECODE_KERNEL")) {
+      for (int k = 0; k < int(cuda::PagedDecodeKernel::kCount); ++k)
+        if (std::string_view(name) == cuda::paged_decode_kernel_name(cuda::PagedDecodeKernel(k)))
+          decode_kernel_override_ = cuda::PagedDecodeKernel(k);
+      if (!decode_kernel_override_)
+        fail("LATENTSERVE_CUDA_DECODE_KERNEL='{}' names no decode-attention kernel (base, fused, fused_fill3, ...: "
+             "paged_decode_kernel_name)", name);
     }
     load_weights(*weights);
     weights.reset();  // every tensor is on the device now; drop the mmapped checkpoint
@@ -409,9 +419,17 @@ class CudaLlamaModel final : public CausalLM {
       p.max_seq_len_bound = int(shape.max_seq_len_bound);
       // The fused variant merges split-KV partials in the last CTA of each (sequence, KV head):
       // no merge kernel, which cost 8.8 us a layer at batch 1 (ncu, Llama-3-8B shape); for
-      // large groups (MQA) and fp8 the separate merge measured faster.
-      if (kv_layer.dtype == cuda::KvDtype::Bf16 && c.n_head / c.n_head_kv <= 8)
+      // large groups (MQA) the separate merge measured faster. FP8 (groups <= 16): fused while
+      // the step has <= 64 (sequence, KV head) pairs (one CTA per SM), else three CTAs per SM
+      // (fused_fill3): H200 2026-12-06, 1.03-1.12x base at batch >= 16, fused 1.12-1.19x at
+      // batch 1 (docs/cuda-decode-attention.md, "Three CTAs per SM").
+      const int64_t group = c.n_head / c.n_head_kv;
+      if (kv_layer.dtype == cuda::KvDtype::Bf16 && group <= 8)
         p.tuning.kernel = cuda::PagedDecodeKernel::Fused;
+      if (kv_layer.dtype == cuda::KvDtype::Fp8E4M3 && group <= 16)
+        p.tuning.kernel = shape.n_seqs * c.n_head_kv <= 64 ? cuda::PagedDecodeKernel::Fused
+                                                           : cuda::PagedDecodeKernel::FusedFill3;
+      if (decode_kernel_override_) p.tuning.kernel = *decode_kernel_override_;
       p.workspace = b.decode_workspace();
       p.workspace_bytes = b.decode_workspace_bytes();
       cuda::paged_decode_attention(p, stream_);
@@ -487,6 +505,7 @@ class CudaLlamaModel final : public CausalLM {
   const cuda::CudaKvCache* kv_of_graphs_ = nullptr;  // graphs bake in the cache's pointers
   bool graphs_enabled_;
   bool fast_attention_ = false;  // head_dim 64 or 128: the tensor-core kernels
+  std::optional<cuda::PagedDecodeKernel> decode_kernel_override_;  // LATENTSERVE_CUDA_DECODE_KERNEL
 };
 
 }  // namespace
