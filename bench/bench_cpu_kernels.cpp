@@ -2,7 +2,7 @@
 // (and optionally JSON) and asserts nothing.
 //
 //   bench_cpu_kernels [--threads N] [--runs N] [--json FILE]
-//                     [--only gemv|model|pages|crossover|gemm|small]
+//                     [--only gemv|model|pages|crossover|gemm|small|attention]
 //
 // The machine this was written on is shared (2 vCPUs, other tenants): its memory
 // bandwidth moved between ~10 and ~50 GB/s from one second to the next. So every rate
@@ -27,12 +27,17 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backend/cpu/activation.h"
+#include "backend/cpu/cpu_kv_cache.h"
+#include "backend/cpu/paged_attention.h"
+#include "backend/cpu/paged_attention_amx.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/norm.h"
 #include "backend/cpu/rope.h"
@@ -335,6 +340,88 @@ void bench_small_ops(ThreadPool& pool, int runs, nlohmann::json& out) {
   }
 }
 
+// Decode attention alone, as a step sweeps it: 8 layers' caches (each its own memory, block
+// tables shuffled), 8 sequences x 8K context, one query token each, 16 query heads: MLA's
+// absorbed shape (one 576-wide latent row, the value its first 512) and MQA (head_dim 64). Per
+// variant the seconds of one sweep over the 8 layers, interleaved rounds; the KV GB/s count
+// the bytes the cache holds, the GFLOP/s 2 (dk + dv) per head and key.
+void bench_attention(ThreadPool& pool, int runs, nlohmann::json& out) {
+  constexpr int64_t kLayers = 8, kSeqs = 8, kContext = 8192, kBlock = 16, kHeads = 16;
+  fmt::print("\ndecode attention, {} layers x {} seqs x {} context, {} heads, blocks of {} (AMX-BF16 here: {})\n", kLayers,
+             kSeqs, kContext, kHeads, kBlock, cpu::amx::available() ? "yes" : "no");
+  fmt::print("  {:<5} {:<18} {:>10} {:>10} {:>10} {:>10}\n", "shape", "cache / kernel", "ms", "KV MB", "KV GB/s",
+             "GFLOP/s");
+  const int64_t n_blocks = kSeqs * kContext / kBlock;
+  std::vector<int32_t> tables(static_cast<size_t>(n_blocks)), query_start, lens;
+  std::iota(tables.begin(), tables.end(), 0);
+  std::mt19937 rng(7);
+  std::shuffle(tables.begin(), tables.end(), rng);
+  for (int64_t s = 0; s <= kSeqs; ++s) query_start.push_back(int32_t(s));
+  for (int64_t s = 0; s < kSeqs; ++s) lens.push_back(int32_t(kContext));
+  std::vector<int64_t> slots(static_cast<size_t>(n_blocks * kBlock));
+  std::iota(slots.begin(), slots.end(), 0);
+  for (const bool mla : {true, false}) {
+    const int64_t dk = mla ? 576 : 64, dv = mla ? 512 : 64;
+    const AttentionSpec spec =
+        mla ? AttentionSpec::latent(kHeads, 512, 128, 64, 128) : AttentionSpec::standard(kHeads, 1, dk, dv);
+    const std::vector<float> rows = filled(int64_t(slots.size()) * dk, mla ? 11 : 12);
+    const std::vector<float> v_rows = filled(int64_t(slots.size()) * dv, 13);
+    const std::vector<float> q = filled(kSeqs * kHeads * dk, 14);
+    std::vector<float> o(static_cast<size_t>(kSeqs * kHeads * dv));
+    struct Variant {
+      const char* name;
+      DType dtype;
+      bool amx;
+    };
+    std::vector<Variant> variants = {{"f32", DType::F32, false}, {"bf16", DType::BF16, false}};
+    if (cpu::amx::available()) variants.push_back({"bf16, AMX", DType::BF16, true});
+    std::vector<std::unique_ptr<cpu::CpuKvCache>> caches;  // one per dtype
+    for (DType d : {DType::F32, DType::BF16}) {
+      caches.push_back(std::make_unique<cpu::CpuKvCache>(spec, kLayers, n_blocks, kBlock, cpu::KvCacheOptions{d}));
+      for (int64_t l = 0; l < kLayers; ++l)
+        caches.back()->write(l, rows.data(), dk, mla ? nullptr : v_rows.data(), dv, slots.data(), int64_t(slots.size()));
+    }
+    std::vector<std::function<double()>> samplers;
+    for (const Variant& v : variants) {
+      const cpu::CpuKvCache& cache = *caches[v.dtype == DType::F32 ? 0 : 1];
+      samplers.push_back([&, v] {
+        return seconds_of([&] {
+          for (int64_t l = 0; l < kLayers; ++l) {
+            cpu::PagedAttentionParams p{};
+            p.q = q.data();
+            p.q_token_stride = kHeads * dk;
+            p.k_cache = cache.k_rows(l);
+            p.v_cache = mla ? cache.k_rows(l) : cache.v_rows(l);
+            p.out = o.data();
+            p.query_start_loc = query_start.data();
+            p.seq_lens = lens.data();
+            p.block_tables = tables.data();
+            p.n_seqs = kSeqs;
+            p.max_blocks_per_seq = kContext / kBlock;
+            p.block_size = kBlock;
+            p.n_head = kHeads;
+            p.n_head_kv = 1;
+            p.head_dim_qk = dk;
+            p.head_dim_v = dv;
+            p.softmax_scale = float(1.0 / std::sqrt(double(dk)));
+            p.allow_amx = v.amx;
+            cpu::paged_attention(p, pool);
+          }
+        });
+      });
+    }
+    const std::vector<double> t = interleaved_medians(runs, samplers);
+    const double flops = 2.0 * double(kLayers * kSeqs * kContext * kHeads * (dk + dv));
+    for (size_t i = 0; i < variants.size(); ++i) {
+      const double bytes = double(kLayers * kSeqs * kContext) * double(caches[variants[i].dtype == DType::F32 ? 0 : 1]->bytes_per_token()) / double(kLayers);
+      fmt::print("  {:<5} {:<18} {:>10.2f} {:>10.1f} {:>10.2f} {:>10.1f}\n", mla ? "mla" : "mqa", variants[i].name,
+                 t[i] * 1e3, bytes / 1e6, bytes / t[i] / 1e9, flops / t[i] / 1e9);
+      out["attention"].push_back({{"shape", mla ? "mla" : "mqa"}, {"variant", variants[i].name}, {"ms", t[i] * 1e3},
+                                  {"kv_bytes", bytes}, {"gflop_s", flops / t[i] / 1e9}});
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -369,6 +456,7 @@ int main(int argc, char** argv) {
   if (wanted("crossover")) bench_crossover(pool, runs, out);
   if (wanted("gemm")) bench_gemm(pool, runs, out);
   if (wanted("small")) bench_small_ops(pool, runs, out);
+  if (wanted("attention")) bench_attention(pool, runs, out);
   fmt::print("\nload average at the end {}\n", load_average());
 
   if (!json_path.empty()) {

@@ -14,6 +14,7 @@
 
 #include "backend/cpu/cpu_kv_cache.h"
 #include "backend/cpu/paged_attention.h"
+#include "backend/cpu/paged_attention_amx.h"
 #include "backend/reference/attention_reference.h"
 #include "backend/reference/kv_quant_reference.h"
 #include "common/tolerance.h"
@@ -30,6 +31,7 @@ struct Case {
   std::vector<std::pair<int64_t, int64_t>> seqs;  // (seq_len after this step, new tokens this step)
   bool latent_row = false;  // MLA absorbed: V is the first head_dim_v elements of the K row (one cache row)
   bool allow_avx512 = true;  // false: the AVX2 kernels on an AVX-512 machine
+  bool allow_amx = true;     // false: no AMX tiles (bf16 rows of the gemm shape, paged_attention_amx.h)
 };
 
 std::vector<float> random_vector(std::mt19937& rng, int64_t n) {
@@ -81,6 +83,7 @@ struct Errors {
   double vs_original = 0;          // max |kernel - reference on K, V|
   double worst_bound_ratio = 0;    // max |kernel - reference on K, V| / (bound + f32 tolerance)
   double rms_vs_original = 0, rms_reference = 0;
+  bool used_amx = false;
 };
 
 Errors run_case(const Case& c, uint32_t seed, const KvCacheOptions& options = {}) {
@@ -160,12 +163,14 @@ Errors run_case(const Case& c, uint32_t seed, const KvCacheOptions& options = {}
   p.softmax_scale = float(softmax_scale);
   p.sliding_window = c.sliding_window;
   p.allow_avx512 = c.allow_avx512;
+  p.allow_amx = c.allow_amx;
   ThreadPool pool(2);
   cpu::paged_attention(p, pool);
 
   // References: on what the cache holds (K̂, V̂ decoded by the reference decoder) and on the
   // original K, V; the element bounds of every cached K/V value for the quantisation bound.
   Errors err;
+  err.used_amx = cpu::paged_attention_uses_amx(p);
   const cpu::KvRows k_rows = p.k_cache, v_rows = p.v_cache;
   const int64_t group = c.n_head / nkv;
   for (int64_t s = 0; s < n_seqs; ++s) {
@@ -337,6 +342,34 @@ TEST(PagedAttention, GemmShapeAvx2AndAvx512) {
       run_all_formats(*c, seed++);
     }
   }
+}
+
+// The gemm shape on AMX tiles (bf16 rows; the query and the weights split into three bf16
+// terms): the same f32 tolerance against the reference on the cached rows as the f32 kernels,
+// and the AMX-less kernels on the same cases. MLA's latent row with blocks of 16 and 64, MQA,
+// groups of 16 over several KV heads and two 16-head chunks per KV head; ragged lengths, so
+// split pieces and tiles start mid-block and the last 16-key groups are partial; prefill
+// chunks; a sliding window.
+TEST(PagedAttention, GemmShapeOnAmxTilesAtF32Accuracy) {
+  if (!cpu::amx::available()) GTEST_SKIP() << "this CPU (or OS) has no AMX-BF16";
+  Case latent16{16, 1, 576, 512, 16, 0, {{1000, 1}, {129, 1}, {37, 5}, {3, 3}}};
+  Case latent64{16, 1, 576, 512, 64, 0, {{700, 1}, {65, 17}}};
+  latent16.latent_row = latent64.latent_row = true;
+  Case mqa{16, 1, 64, 64, 16, 0, {{1300, 1}, {50, 1}, {40, 9}}};
+  Case groups{32, 2, 128, 128, 32, 0, {{517, 1}, {31, 31}, {200, 2}}};
+  Case chunks{32, 1, 96, 64, 16, 0, {{800, 1}, {20, 4}}};
+  Case window{16, 1, 64, 32, 16, 300, {{900, 1}, {310, 2}}};
+  uint32_t seed = 50;
+  for (Case* c : {&latent16, &latent64, &mqa, &groups, &chunks, &window})
+    for (bool amx : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "n_head " << c->n_head << " n_head_kv " << c->n_head_kv << " dk "
+                                      << c->head_dim_qk << (amx ? " amx" : " no amx"));
+      c->allow_amx = amx;
+      const Errors e = run_case(*c, seed, KvCacheOptions{DType::BF16});
+      EXPECT_EQ(e.used_amx, amx);
+      EXPECT_GT(e.vs_original, testing::kF32KernelRelTol) << "no bf16 rounding at all: is the cache bf16?";
+      ++seed;
+    }
 }
 
 TEST(PagedAttention, SlidingWindow) {

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/paged_attention_amx.h"
 
 namespace latentserve::cpu {
 
@@ -49,6 +50,7 @@ constexpr int64_t kGemmMinGroup = 6;    // groups of at least this many query he
 constexpr int64_t kHeadChunk = 16;      // gemm shape: query heads per pass (two vectors of 8)
 constexpr int64_t kPrefetchRows = 8;   // rows shape: K rows prefetched this far ahead
 constexpr auto kPrefetchHint = _MM_HINT_T0;
+static_assert(amx::kTileKeys == kTileKeys && amx::kHeads == kHeadChunk);
 
 // exp(x) for 8 lanes, about 1 ulp (as backend/cpu/activation.cpp): x = n·ln2 + r, |r| <= ln2/2,
 // exp(r) by a degree-6 polynomial, 2^n through the exponent bits. Inputs are clamped to
@@ -315,6 +317,7 @@ struct Layout {
   int64_t group, group_padded;  // gemm shape: the group padded to a multiple of 8
   bool gemm, v_shares_k;
   bool avx512;  // gemm shape: the AVX-512 small GEMMs
+  bool amx;     // gemm shape on bf16 rows: AMX tiles (paged_attention_amx.h)
   // Softmax state slots (max, sum, acc row): rows shape: query head hq at hq, n_head padded to
   // a multiple of 8; gemm shape: query head g of KV head h at h * group_padded + g.
   int64_t n_state;
@@ -334,6 +337,15 @@ struct Scratch {
   const float* next_v[kTileKeys];
   int64_t next_n = 0;
   int64_t k_row_bytes = 0, v_row_bytes = 0;  // bytes to prefetch per row (0: rows are not f32)
+  int64_t acc_stride = 0;  // floats between accumulator rows: head_dim_v (AMX: padded)
+  // AMX (bf16 rows, not dequantised): the tile's rows, its three 16-key groups (cache rows or
+  // staged copies) and the packed queries of token qb_token ([n_head_kv, group / 16] chunks)
+  const uint16_t* k_bf16[kTileKeys];
+  const uint16_t* v_bf16[kTileKeys];
+  const uint16_t* k_group[3];
+  int64_t k_group_stride[3];
+  std::vector<uint16_t> k_stage, qb, amx_work;
+  int64_t qb_token = -1;
 };
 
 inline void prefetch_row(const float* row, int64_t bytes) {
@@ -390,6 +402,37 @@ void gather_tile(const PagedAttentionParams& p, const Layout& L, const int32_t* 
   for (int64_t j = n; j < kTileKeys; ++j) s.k_rows[j] = s.k_rows[0];
 }
 
+// AMX: the tile's bf16 rows as they are in the cache (row pointers), and each 16-key group of K
+// either the cache rows themselves (16 consecutive slots of one block: one strided tile load) or
+// a staged copy padded with zero rows.
+void gather_tile_amx(const PagedAttentionParams& p, const Layout& L, const int32_t* table, int64_t first, int64_t n,
+                     Scratch& s) {
+  const int64_t bs = p.block_size, w = p.k_cache.row_elements;
+  auto row = [&](const KvRows& rows, int64_t pos) {
+    return reinterpret_cast<const uint16_t*>(rows.row(int64_t(table[pos / bs]) * bs + pos % bs));
+  };
+  for (int64_t j = 0; j < n; ++j) {
+    s.k_bf16[j] = row(p.k_cache, first + j);
+    s.v_bf16[j] = L.v_shares_k ? s.k_bf16[j] : row(p.v_cache, first + j);
+  }
+  for (int64_t i = 0; i < 3; ++i) {
+    const int64_t j0 = 16 * i;
+    if (j0 + 16 <= n && (first + j0) % bs + 16 <= bs) {
+      s.k_group[i] = s.k_bf16[j0];
+      s.k_group_stride[i] = p.k_cache.row_bytes;
+      continue;
+    }
+    uint16_t* stage = &s.k_stage[size_t(i * 16 * w)];
+    for (int64_t r = 0; r < 16; ++r)
+      if (j0 + r < n)
+        std::memcpy(stage + r * w, s.k_bf16[j0 + r], size_t(w) * 2);
+      else
+        std::memset(stage + r * w, 0, size_t(w) * 2);
+    s.k_group[i] = stage;
+    s.k_group_stride[i] = w * 2;
+  }
+}
+
 // The online-softmax step for a tile of scores st[j * stride + lane] (j < n, n_vec vectors of 8
 // heads; state index `state` + lane): updates max and sum, rescales the n_heads valid heads'
 // accumulators, and leaves the exponentials in st.
@@ -414,7 +457,7 @@ void softmax_tile(float* st, int64_t stride, int64_t n, int64_t n_vec, int64_t s
     alignas(32) float c[8];
     _mm256_store_ps(c, correction);
     for (int64_t g = 0; g < 8 && 8 * v + g < n_heads; ++g)
-      if (c[g] != 1.0f) scale_row(&s.acc[size_t((state + 8 * v + g) * dv)], c[g], dv);
+      if (c[g] != 1.0f) scale_row(&s.acc[size_t((state + 8 * v + g) * s.acc_stride)], c[g], dv);
   }
 }
 
@@ -466,7 +509,7 @@ void rows_tile(const PagedAttentionParams& p, const Layout& L, const float* q, i
   for (int64_t j = 0; j < n; j += 4) {
     const int64_t nj = std::min<int64_t>(4, n - j);
     for (int64_t h = 0; h < p.n_head_kv; ++h)
-      accumulate_pv(&s.acc[size_t(h * group * dv)], dv, group, st + j * hp + h * group, 1, hp, s.v_rows + j, h * dv,
+      accumulate_pv(&s.acc[size_t(h * group * s.acc_stride)], s.acc_stride, group, st + j * hp + h * group, 1, hp, s.v_rows + j, h * dv,
                     nj, dv);
   }
 }
@@ -499,10 +542,29 @@ void gemm_tile(const PagedAttentionParams& p, const Layout& L, int64_t n, Scratc
       const int64_t state = h * gp + gc, heads = std::min(kHeadChunk, L.group - gc);
       softmax_tile(st, kHeadChunk, n, nv, state, heads, dv, s);
       if (L.avx512)
-        avx512::accumulate_pv(&s.acc[size_t(state * dv)], dv, heads, st, 1, kHeadChunk, s.v_rows, h * dv, n, dv);
+        avx512::accumulate_pv(&s.acc[size_t(state * s.acc_stride)], s.acc_stride, heads, st, 1, kHeadChunk, s.v_rows, h * dv, n, dv);
       else
-        accumulate_pv(&s.acc[size_t(state * dv)], dv, heads, st, 1, kHeadChunk, s.v_rows, h * dv, n, dv);
+        accumulate_pv(&s.acc[size_t(state * s.acc_stride)], s.acc_stride, heads, st, 1, kHeadChunk, s.v_rows, h * dv, n, dv);
     }
+}
+
+// The gemm shape on AMX tiles (group a multiple of 16: no padding heads).
+void gemm_tile_amx(const PagedAttentionParams& p, const Layout& L, int64_t n, Scratch& s) {
+  const int64_t dk = p.head_dim_qk, dv = p.head_dim_v, chunks = L.group / kHeadChunk;
+  const int64_t packed = amx::packed_query_elements(dk);
+  float* st = s.scores.data();
+  for (int64_t h = 0; h < p.n_head_kv; ++h) {
+    const uint16_t* k[3];
+    for (int64_t i = 0; i < 3; ++i) k[i] = s.k_group[i] + h * dk;
+    const uint16_t* v[kTileKeys];
+    for (int64_t j = 0; j < n; ++j) v[j] = s.v_bf16[j] + h * dv;
+    for (int64_t c = 0; c < chunks; ++c) {
+      amx::scores(&s.qb[size_t((h * chunks + c) * packed)], dk, k, s.k_group_stride, st);
+      const int64_t state = h * L.group_padded + c * kHeadChunk;
+      softmax_tile(st, kHeadChunk, n, 2, state, kHeadChunk, dv, s);
+      amx::accumulate_pv(st, n, v, dv, &s.acc[size_t(state * s.acc_stride)], s.acc_stride, s.amx_work.data());
+    }
+  }
 }
 
 void run_item(const PagedAttentionParams& p, const Layout& L, const WorkItem& item, float* partials, Scratch& s) {
@@ -511,14 +573,31 @@ void run_item(const PagedAttentionParams& p, const Layout& L, const WorkItem& it
   const int32_t* table = p.block_tables + item.seq * p.max_blocks_per_seq;
   s.max.assign(size_t(n_state), -std::numeric_limits<float>::infinity());
   s.sum.assign(size_t(n_state), 0.0f);
-  s.acc.assign(size_t(n_state * dv), 0.0f);
+  s.acc_stride = L.amx ? dv + 16 : dv;  // AMX: accumulator rows loaded as tiles, off 4 KiB strides
+  s.acc.assign(size_t(n_state * s.acc_stride), 0.0f);
   // Prefetching for f32 rows (quantised rows are read by the dequantisation, front to back).
   const bool f32 = p.k_cache.dtype == DType::F32 && (L.v_shares_k || p.v_cache.dtype == DType::F32);
   s.k_row_bytes = f32 ? p.k_cache.row_elements * 4 : 0;
   s.v_row_bytes = f32 && !L.v_shares_k ? p.v_cache.row_elements * 4 : 0;
-  if (p.k_cache.dtype != DType::F32) s.k_tile.resize(size_t(kTileKeys * p.k_cache.row_elements));
-  if (!L.v_shares_k && p.v_cache.dtype != DType::F32) s.v_tile.resize(size_t(kTileKeys * p.v_cache.row_elements));
-  if (L.gemm) {
+  if (!L.amx) {
+    if (p.k_cache.dtype != DType::F32) s.k_tile.resize(size_t(kTileKeys * p.k_cache.row_elements));
+    if (!L.v_shares_k && p.v_cache.dtype != DType::F32) s.v_tile.resize(size_t(kTileKeys * p.v_cache.row_elements));
+  }
+  if (L.amx) {
+    s.k_stage.resize(size_t(kTileKeys * p.k_cache.row_elements));
+    s.amx_work.resize(size_t(amx::pv_scratch_elements(dv)));
+    s.scores.resize(size_t(kTileKeys * kHeadChunk));
+    if (s.qb_token != item.token) {  // the split pieces of one token share its packed queries
+      const int64_t chunks = L.group / kHeadChunk, packed = amx::packed_query_elements(dk);
+      s.qb.resize(size_t(p.n_head_kv * chunks * packed));
+      for (int64_t h = 0; h < p.n_head_kv; ++h)
+        for (int64_t c = 0; c < chunks; ++c)
+          amx::pack_queries(q + (h * L.group + c * kHeadChunk) * dk, dk, dk, p.softmax_scale,
+                            &s.qb[size_t((h * chunks + c) * packed)]);
+      s.qb_token = item.token;
+    }
+    amx::configure();
+  } else if (L.gemm) {
     // qt[h, d, g] = scale * q[h * group + g, d]; zero for the padding heads
     const int64_t gp = L.group_padded;
     s.qt.assign(size_t(p.n_head_kv * dk * gp), 0.0f);
@@ -532,8 +611,14 @@ void run_item(const PagedAttentionParams& p, const Layout& L, const WorkItem& it
   } else {
     s.scores.resize(size_t(kTileKeys * L.n_state));
   }
-  for (int64_t first = item.key_begin; first < item.key_end; first += kTileKeys) {
-    const int64_t n = std::min(kTileKeys, item.key_end - first);
+  for (int64_t first = item.key_begin, n = 0; first < item.key_end; first += n) {
+    // AMX: the first tile ends on a multiple of 16 keys, so later 16-key groups can be one block's rows
+    n = std::min(L.amx ? kTileKeys - first % 16 : kTileKeys, item.key_end - first);
+    if (L.amx) {
+      gather_tile_amx(p, L, table, first, n, s);
+      gemm_tile_amx(p, L, n, s);
+      continue;
+    }
     gather_tile(p, L, table, first, n, s);
     s.next_n = s.k_row_bytes > 0 ? std::min(kTileKeys, std::max<int64_t>(0, item.key_end - first - n)) : 0;
     if (s.next_n > 0) {
@@ -545,10 +630,11 @@ void run_item(const PagedAttentionParams& p, const Layout& L, const WorkItem& it
     else
       rows_tile(p, L, q, n, s);
   }
+  if (L.amx) amx::release();
   // state of query head hq -> out / partial
   for (int64_t hq = 0; hq < p.n_head; ++hq) {
     const int64_t st = L.state_of(hq);
-    const float* acc = &s.acc[size_t(st * dv)];
+    const float* acc = &s.acc[size_t(st * s.acc_stride)];
     if (item.partial < 0) {
       float* out = p.out + (item.token * p.n_head + hq) * dv;
       const float inv = 1.0f / s.sum[size_t(st)];
@@ -562,12 +648,7 @@ void run_item(const PagedAttentionParams& p, const Layout& L, const WorkItem& it
   }
 }
 
-}  // namespace
-
-void paged_attention(const PagedAttentionParams& p, ThreadPool& pool) {
-  assert(p.n_head % p.n_head_kv == 0);
-  assert(p.k_cache.dtype == DType::F32 || p.k_cache.block_size_tokens == p.block_size);
-  assert(p.v_cache.dtype == DType::F32 || p.v_cache.block_size_tokens == p.block_size);
+Layout make_layout(const PagedAttentionParams& p) {
   Layout L{};
   L.group = p.n_head / p.n_head_kv;
   L.group_padded = (L.group + 7) / 8 * 8;
@@ -576,6 +657,21 @@ void paged_attention(const PagedAttentionParams& p, ThreadPool& pool) {
   L.n_state = L.gemm ? p.n_head_kv * L.group_padded : (p.n_head + 7) / 8 * 8;
   L.v_shares_k = p.v_cache.data == p.k_cache.data && p.v_cache.row_bytes == p.k_cache.row_bytes &&
                  p.n_head_kv == 1 && p.head_dim_v <= p.head_dim_qk;
+  L.amx = p.allow_amx && L.gemm && L.avx512 && p.k_cache.dtype == DType::BF16 &&
+          (L.v_shares_k || p.v_cache.dtype == DType::BF16) && amx::shape_fits(L.group, p.head_dim_qk, p.head_dim_v) &&
+          amx::available();
+  return L;
+}
+
+}  // namespace
+
+bool paged_attention_uses_amx(const PagedAttentionParams& p) { return make_layout(p).amx; }
+
+void paged_attention(const PagedAttentionParams& p, ThreadPool& pool) {
+  assert(p.n_head % p.n_head_kv == 0);
+  assert(p.k_cache.dtype == DType::F32 || p.k_cache.block_size_tokens == p.block_size);
+  assert(p.v_cache.dtype == DType::F32 || p.v_cache.block_size_tokens == p.block_size);
+  const Layout L = make_layout(p);
   const int64_t n_tokens = p.query_start_loc[p.n_seqs];
   if (n_tokens == 0) return;
 

@@ -6,7 +6,8 @@
 // threads (split-KV) and the pieces merged. How it is organised: paged_attention.cpp.
 // The cache may be F32, BF16 or FP8 (backend/cpu/kv_quant.h): a quantised tile's rows are
 // dequantised into a small per-thread buffer as they are read, never into a full-precision
-// copy of the cache.
+// copy of the cache. On CPUs with AMX, bf16 rows of the MQA / MLA shape go to the tiles as they
+// are, at f32 accuracy (paged_attention_amx.h).
 #include <cstdint>
 
 #include "backend/cpu/kv_quant.h"
@@ -34,9 +35,14 @@ struct PagedAttentionParams {
   float softmax_scale;
   int64_t sliding_window = 0;  // > 0: a query at position p sees keys in (p - window, p]
   bool allow_avx512 = true;    // false: the AVX2 kernels even where the CPU has AVX-512 (tests)
+  bool allow_amx = true;       // false: no AMX tiles for the gemm shape on bf16 rows (paged_attention_amx.h)
 };
 
 void paged_attention(const PagedAttentionParams& p, ThreadPool& pool);
+
+// Whether paged_attention(p) takes the AMX tiles: bf16 K/V, the gemm shape with groups of 16k
+// heads, and a CPU (and OS) with AMX-BF16.
+bool paged_attention_uses_amx(const PagedAttentionParams& p);
 
 // Stores each new token's K and V rows into its slot of an f32 paged cache (the raw form of
 // CpuKvCache::write for F32 caches; models call CpuKvCache::write, which also quantises).
