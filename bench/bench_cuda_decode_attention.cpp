@@ -13,6 +13,7 @@
 //
 //   bench_cuda_decode_attention [--quick] [--json FILE] [--variants NAME,NAME,...] [--list]
 //   --quick: batch 16 and 64 at context 4096 and 16384
+//   --layout-probe: only the read stream of the decode grid in three cache layouts (paged_read_pass)
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -176,6 +177,54 @@ double read_roof_bytes_per_s(cudaStream_t s) {
   return double(bytes) / (median(ms) * 1e-3);
 }
 
+// --layout-probe: what the cache layout costs a pure read stream (paged_read_pass: the decode
+// kernel's grid and addresses, no arithmetic), slot-major (ours) against head-major blocks and
+// SDPA's contiguous [batch, head, token, dim], on shapes of >= 256 MB (no rotation needed).
+void run_layout_probe(const std::vector<int>& batches, const std::vector<int>& contexts, double roof, cudaStream_t s) {
+  const std::vector<Kind> kinds = {{"MHA", 32}, {"GQA-8", 8}};
+  const std::vector<std::pair<const char*, cuda::PagedReadLayout>> layouts = {
+      {"slot-major (ours)", cuda::PagedReadLayout::SlotMajor},
+      {"head-major blocks", cuda::PagedReadLayout::BlockHeadMajor},
+      {"contiguous (SDPA)", cuda::PagedReadLayout::Contiguous}};
+  std::mt19937 rng(7);
+  fmt::print("layout probe: K+V of one layer read once, bf16 hd 128, block {}, 1024-token chunks, TB/s (% of roof)\n",
+             kBlockSize);
+  for (const Kind& kind : kinds)
+    for (int batch : batches)
+      for (int context : contexts) {
+        const size_t side = size_t(batch) * context * kind.n_head_kv * kHeadDim * 2;
+        if (2.0 * side > kMaxKvBytes || 2.0 * side < kRotateBytes || context % 1024 != 0) continue;
+        DeviceBuffer k(side), v(side);
+        cuda::fill_uniform_bf16(k.data(), int64_t(side / 2), 0.f, 1.f, 3, s);
+        cuda::fill_uniform_bf16(v.data(), int64_t(side / 2), 0.f, 1.f, 4, s);
+        std::vector<int32_t> ids(size_t(batch) * (context / kBlockSize));
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        DeviceBuffer table(ids.size() * 4);
+        table.upload(ids.data(), ids.size() * 4);
+        cuda::PagedReadProbe p;
+        p.k = k.data();
+        p.v = v.data();
+        p.block_tables = table.as<int32_t>();
+        p.n_seqs = batch;
+        p.context = context;
+        p.n_head_kv = kind.n_head_kv;
+        p.block_size = kBlockSize;
+        p.row_bytes = kHeadDim * 2;
+        p.chunk_tokens = 1024;
+        DeviceBuffer sums(size_t(cuda::paged_read_pass_blocks(p)) * sizeof(float));
+        p.block_sums = sums.as<float>();
+        fmt::print("{:<6} batch {:>3} ctx {:>5} ({:>6.0f} MB):", kind.name, batch, context, 2e-6 * side);
+        for (const auto& [name, layout] : layouts) {
+          p.layout = layout;
+          const double t = median_seconds(s, 20, [&](int) { cuda::paged_read_pass(p, s); });
+          fmt::print("  {} {:.3f} ({:.1f}%)", name, 2.0 * side / t * 1e-12, 100 * 2.0 * side / t / roof);
+        }
+        fmt::print("\n");
+        std::fflush(stdout);
+      }
+}
+
 // One shape: its block tables (one per replica), lengths, q, out, workspace (sized for every
 // variant); then each variant timed, and its output compared with the first (Base) variant's.
 // --pow2-bound: size the grid as the model does, for the power of two >= max(context, 512)
@@ -299,7 +348,7 @@ std::vector<Row> run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, list = false;
+  bool quick = false, list = false, layout_probe = false;
   std::string json_path, only;
   std::vector<int> batch_list, context_list;
   const auto int_list = [](const char* text) {
@@ -315,9 +364,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch_list = int_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--pow2-bound")) g_pow2_bound = true;
+    else if (!std::strcmp(argv[i], "--layout-probe")) layout_probe = true;
     else if (!std::strcmp(argv[i], "--context") && i + 1 < argc) context_list = int_list(argv[++i]);
     else {
-      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--batch 1,16] [--context 1024,4096] [--pow2-bound] [--list]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--batch 1,16] [--context 1024,4096] [--pow2-bound] [--layout-probe] [--list]\n", argv[0]);
       return 2;
     }
   }
@@ -356,6 +406,10 @@ int main(int argc, char** argv) {
     for (int c : contexts)
       if (c <= 0 || c % kBlockSize != 0)
         throw std::runtime_error(fmt::format("--context {}: must be a positive multiple of the {}-token block", c, kBlockSize));
+    if (layout_probe) {
+      run_layout_probe(batches, contexts, roof, s);
+      return 0;
+    }
 
     // one pool for every shape: the largest K (or V) that a shape (or its replicas) needs
     size_t pool_bytes = 0;

@@ -2,6 +2,7 @@
 // flight per thread (8 x 16 B x 1024 threads = 128 KB per SM, enough to cover HBM latency).
 #include "backend/cuda/read_roof.h"
 
+#include <cstddef>
 #include <cstdint>
 
 #include "backend/cuda/kernel_error.h"
@@ -55,7 +56,75 @@ __global__ void __launch_bounds__(kThreads) read_only_pass_kernel(const uint4* d
   }
 }
 
+constexpr int kProbeThreads = 256;
+constexpr int kProbeUnroll = 4;  // token groups per round: 4 K + 4 V loads in flight per thread
+
+__device__ __forceinline__ size_t probe_row_offset(const PagedReadProbe& p, int seq, int head, int token) {
+  if (p.layout == PagedReadLayout::Contiguous) return ((size_t(seq) * p.n_head_kv + head) * p.context + token) * p.row_bytes;
+  const size_t block = size_t(p.block_tables[size_t(seq) * (p.context / p.block_size) + token / p.block_size]);
+  const int offset = token % p.block_size;
+  if (p.layout == PagedReadLayout::SlotMajor) return ((block * p.block_size + offset) * p.n_head_kv + head) * p.row_bytes;
+  return ((block * p.n_head_kv + head) * p.block_size + offset) * p.row_bytes;
+}
+
+// grid (context / chunk_tokens, n_head_kv, n_seqs): the decode kernel's order (chunks fastest)
+__global__ void __launch_bounds__(kProbeThreads) paged_read_pass_kernel(const PagedReadProbe p) {
+  const int words_per_row = p.row_bytes / 16;
+  const int rows_per_group = kProbeThreads / words_per_row;
+  const int row_in_group = threadIdx.x / words_per_row, word = threadIdx.x % words_per_row;
+  const int seq = blockIdx.z, head = blockIdx.y, first = blockIdx.x * p.chunk_tokens;
+  const char* k = static_cast<const char*>(p.k);
+  const char* v = static_cast<const char*>(p.v);
+  uint32_t x = 0;
+  for (int t0 = first; t0 < first + p.chunk_tokens; t0 += kProbeUnroll * rows_per_group) {
+    size_t off[kProbeUnroll];
+#pragma unroll
+    for (int u = 0; u < kProbeUnroll; ++u) off[u] = probe_row_offset(p, seq, head, t0 + u * rows_per_group + row_in_group) + word * 16;
+    uint4 kv[2 * kProbeUnroll];
+#pragma unroll
+    for (int u = 0; u < kProbeUnroll; ++u) {
+      kv[2 * u] = load_streaming(reinterpret_cast<const uint4*>(k + off[u]));
+      kv[2 * u + 1] = load_streaming(reinterpret_cast<const uint4*>(v + off[u]));
+    }
+#pragma unroll
+    for (int u = 0; u < 2 * kProbeUnroll; ++u) x ^= kv[u].x ^ kv[u].y ^ kv[u].z ^ kv[u].w;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
+  __shared__ uint32_t warp_x[kProbeThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_x[threadIdx.x >> 5] = x;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t b = 0;
+#pragma unroll
+    for (int w = 0; w < kProbeThreads / 32; ++w) b ^= warp_x[w];
+    p.block_sums[(size_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = float(b);
+  }
+}
+
 }  // namespace
+
+int paged_read_pass_blocks(const PagedReadProbe& p) {
+  return p.chunk_tokens > 0 ? p.n_seqs * p.n_head_kv * (p.context / p.chunk_tokens) : 0;
+}
+
+void paged_read_pass(const PagedReadProbe& p, cudaStream_t s) {
+  if (!p.k || !p.v || !p.block_sums) kernel_fail("paged_read_pass: k, v and block_sums must not be null");
+  if (p.layout != PagedReadLayout::Contiguous && !p.block_tables)
+    kernel_fail("paged_read_pass: block_tables must not be null for a paged layout");
+  if (p.row_bytes < 16 || p.row_bytes % 16 != 0 || kProbeThreads % (p.row_bytes / 16) != 0)
+    kernel_fail("paged_read_pass: row_bytes must be a multiple of 16 whose 16-byte words divide ", kProbeThreads,
+                ", found ", p.row_bytes);
+  const int rows_per_round = kProbeUnroll * kProbeThreads / (p.row_bytes / 16);
+  if (p.n_seqs <= 0 || p.n_head_kv <= 0 || p.block_size <= 0 || p.chunk_tokens <= 0 || p.chunk_tokens % rows_per_round != 0 ||
+      p.context % p.chunk_tokens != 0 || p.context % p.block_size != 0)
+    kernel_fail("paged_read_pass: expected positive sizes with chunk_tokens a multiple of ", rows_per_round,
+                " dividing context (and block_size dividing context), found n_seqs ", p.n_seqs, ", n_head_kv ", p.n_head_kv,
+                ", context ", p.context, ", chunk_tokens ", p.chunk_tokens, ", block_size ", p.block_size);
+  const dim3 grid(unsigned(p.context / p.chunk_tokens), unsigned(p.n_head_kv), unsigned(p.n_seqs));
+  paged_read_pass_kernel<<<grid, kProbeThreads, 0, s>>>(p);
+  LS_CUDA_CHECK_LAUNCH("paged_read_pass_kernel");
+}
 
 int read_only_pass_blocks() {
   int device = 0, n_sm = 0;
