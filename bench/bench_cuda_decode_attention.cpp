@@ -215,10 +215,16 @@ void run_layout_probe(const std::vector<int>& batches, const std::vector<int>& c
         DeviceBuffer sums(size_t(cuda::paged_read_pass_blocks(p)) * sizeof(float));
         p.block_sums = sums.as<float>();
         fmt::print("{:<6} batch {:>3} ctx {:>5} ({:>6.0f} MB):", kind.name, batch, context, 2e-6 * side);
-        for (const auto& [name, layout] : layouts) {
-          p.layout = layout;
-          const double t = median_seconds(s, 20, [&](int) { cuda::paged_read_pass(p, s); });
-          fmt::print("  {} {:.3f} ({:.1f}%)", name, 2.0 * side / t * 1e-12, 100 * 2.0 * side / t / roof);
+        // uncapped (up to 8 blocks per SM: 256 KB of loads in flight), then two blocks per SM
+        // (64 KB in flight, about what the decode kernel's two CTAs of 2-3 stages keep)
+        for (int reserve : {0, 100 * 1024}) {
+          p.reserve_smem_bytes = reserve;
+          fmt::print("{}", reserve ? "\n    2 blocks/SM:                     " : "");
+          for (const auto& [name, layout] : layouts) {
+            p.layout = layout;
+            const double t = median_seconds(s, 20, [&](int) { cuda::paged_read_pass(p, s); });
+            fmt::print("  {} {:.3f} ({:.1f}%)", name, 2.0 * side / t * 1e-12, 100 * 2.0 * side / t / roof);
+          }
         }
         fmt::print("\n");
         std::fflush(stdout);

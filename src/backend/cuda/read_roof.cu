@@ -22,6 +22,22 @@ __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
   return v;
 }
 
+// The xor of every thread's x -> *out (a value the loads feed, so they cannot be elided).
+template <int kBlockThreads>
+__device__ __forceinline__ void write_block_xor(uint32_t x, float* out) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
+  __shared__ uint32_t warp_x[kBlockThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_x[threadIdx.x >> 5] = x;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t b = 0;
+#pragma unroll
+    for (int w = 0; w < kBlockThreads / 32; ++w) b ^= warp_x[w];
+    *out = float(b);
+  }
+}
+
 // data: [n16] 16-byte words; block_sums: [gridDim.x] (the xor of every word a block read)
 __global__ void __launch_bounds__(kThreads) read_only_pass_kernel(const uint4* data, size_t n16, float* block_sums) {
   uint32_t x = 0;
@@ -43,17 +59,7 @@ __global__ void __launch_bounds__(kThreads) read_only_pass_kernel(const uint4* d
       x ^= v.x ^ v.y ^ v.z ^ v.w;
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
-  __shared__ uint32_t warp_x[kThreads / 32];
-  if ((threadIdx.x & 31) == 0) warp_x[threadIdx.x >> 5] = x;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t b = 0;
-#pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) b ^= warp_x[w];
-    block_sums[blockIdx.x] = float(b);
-  }
+  write_block_xor<kThreads>(x, block_sums + blockIdx.x);
 }
 
 constexpr int kProbeThreads = 256;
@@ -89,17 +95,7 @@ __global__ void __launch_bounds__(kProbeThreads) paged_read_pass_kernel(const Pa
 #pragma unroll
     for (int u = 0; u < 2 * kProbeUnroll; ++u) x ^= kv[u].x ^ kv[u].y ^ kv[u].z ^ kv[u].w;
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
-  __shared__ uint32_t warp_x[kProbeThreads / 32];
-  if ((threadIdx.x & 31) == 0) warp_x[threadIdx.x >> 5] = x;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t b = 0;
-#pragma unroll
-    for (int w = 0; w < kProbeThreads / 32; ++w) b ^= warp_x[w];
-    p.block_sums[(size_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x] = float(b);
-  }
+  write_block_xor<kProbeThreads>(x, p.block_sums + (size_t(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
 }
 
 }  // namespace
@@ -122,7 +118,11 @@ void paged_read_pass(const PagedReadProbe& p, cudaStream_t s) {
                 " dividing context (and block_size dividing context), found n_seqs ", p.n_seqs, ", n_head_kv ", p.n_head_kv,
                 ", context ", p.context, ", chunk_tokens ", p.chunk_tokens, ", block_size ", p.block_size);
   const dim3 grid(unsigned(p.context / p.chunk_tokens), unsigned(p.n_head_kv), unsigned(p.n_seqs));
-  paged_read_pass_kernel<<<grid, kProbeThreads, 0, s>>>(p);
+  if (p.reserve_smem_bytes < 0 || p.reserve_smem_bytes > 227 * 1024)
+    kernel_fail("paged_read_pass: reserve_smem_bytes must be in [0, 227 KB], found ", p.reserve_smem_bytes);
+  if (p.reserve_smem_bytes > 48 * 1024)
+    LS_CUDA_CHECK(cudaFuncSetAttribute(paged_read_pass_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.reserve_smem_bytes));
+  paged_read_pass_kernel<<<grid, kProbeThreads, size_t(p.reserve_smem_bytes), s>>>(p);
   LS_CUDA_CHECK_LAUNCH("paged_read_pass_kernel");
 }
 

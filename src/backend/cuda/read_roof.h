@@ -34,6 +34,10 @@ struct PagedReadProbe {
   int n_seqs = 0, context = 0, n_head_kv = 0, block_size = 16, row_bytes = 256, chunk_tokens = 1024;
   PagedReadLayout layout = PagedReadLayout::SlotMajor;
   float* block_sums = nullptr;           // [paged_read_pass_blocks(p)]
+  // Dynamic shared memory each block reserves and never touches: a way to cap the blocks per
+  // SM (e.g. 100 KB: two, as the decode kernel runs), so the probe can also say what a given
+  // residency leaves of the stream. 0: no cap (up to 8 blocks of 256 threads per SM).
+  int reserve_smem_bytes = 0;
 };
 int paged_read_pass_blocks(const PagedReadProbe& p);
 void paged_read_pass(const PagedReadProbe& p, cudaStream_t s);
