@@ -13,6 +13,7 @@
 //
 //   bench_cuda_decode_attention [--quick] [--json FILE] [--variants NAME,NAME,...] [--list]
 //   --quick: batch 16 and 64 at context 4096 and 16384
+//   --kv-layout slot|head: the cache's row order (kv_cache_layout.h; default slot)
 //   --layout-probe: only the read stream of the decode grid in three cache layouts (paged_read_pass)
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -236,6 +237,7 @@ void run_layout_probe(const std::vector<int>& batches, const std::vector<int>& c
 // --pow2-bound: size the grid as the model does, for the power of two >= max(context, 512)
 // (its graphs serve every length up to it), instead of for the context itself.
 bool g_pow2_bound = false;
+cuda::KvLayout g_layout = cuda::KvLayout::SlotMajor;  // --kv-layout slot|head
 
 int grid_bound(int context) {
   if (!g_pow2_bound) return context;
@@ -287,6 +289,8 @@ std::vector<Row> run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int
   p.kv.k = k_pool.data();
   p.kv.v = v_pool.data();
   p.kv.dtype = dtype;
+  p.kv.layout = g_layout;
+  p.kv.block_size = kBlockSize;
   if (dtype == cuda::KvDtype::Fp8E4M3) {
     p.kv.k_scale = scales.as<float>();
     p.kv.v_scale = scales.as<float>() + 1;
@@ -371,9 +375,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch_list = int_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--pow2-bound")) g_pow2_bound = true;
     else if (!std::strcmp(argv[i], "--layout-probe")) layout_probe = true;
+    else if (!std::strcmp(argv[i], "--kv-layout") && i + 1 < argc && !std::strcmp(argv[i + 1], "slot")) g_layout = cuda::KvLayout::SlotMajor, ++i;
+    else if (!std::strcmp(argv[i], "--kv-layout") && i + 1 < argc && !std::strcmp(argv[i + 1], "head")) g_layout = cuda::KvLayout::HeadMajor, ++i;
     else if (!std::strcmp(argv[i], "--context") && i + 1 < argc) context_list = int_list(argv[++i]);
     else {
-      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--batch 1,16] [--context 1024,4096] [--pow2-bound] [--layout-probe] [--list]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--batch 1,16] [--context 1024,4096] [--pow2-bound] [--layout-probe] [--kv-layout slot|head] [--list]\n", argv[0]);
       return 2;
     }
   }
@@ -399,7 +405,8 @@ int main(int argc, char** argv) {
   try {
     cuda::CudaDevice device;
     cudaStream_t s = device.stream();
-    fmt::print("device: {} ({} SMs)\n", device.name(), device.n_sm());
+    fmt::print("device: {} ({} SMs), KV layout {}\n", device.name(), device.n_sm(),
+               g_layout == cuda::KvLayout::SlotMajor ? "slot-major" : "head-major");
 
     const double roof = read_roof_bytes_per_s(s);
     fmt::print("read roof (read_only_pass, 4 GiB, median of 20): {:.3f} TB/s\n\n", roof * 1e-12);
@@ -497,6 +504,7 @@ int main(int argc, char** argv) {
     if (!json_path.empty()) {
       nlohmann::json j;
       j["device"] = device.name();
+      j["kv_layout"] = g_layout == cuda::KvLayout::SlotMajor ? "slot" : "head";
       j["read_roof_bytes_per_s"] = roof;
       j["head_dim"] = kHeadDim;
       j["n_head"] = kNHead;

@@ -43,6 +43,7 @@ constexpr double kBf16Tolerance = 1e-2;
 struct Variant {
   std::string label;
   cuda::PagedDecodeTuning tuning;
+  cuda::KvLayout layout = cuda::KvLayout::SlotMajor;
 };
 std::vector<Variant> all_variants() {
   std::vector<Variant> v;
@@ -77,6 +78,13 @@ std::vector<Variant> all_variants() {
   v.push_back(with(cuda::PagedDecodeKernel::StreamK, 1, 0, "streamk_ctas1"));
   v.push_back(with(cuda::PagedDecodeKernel::StreamK, 7, 0, "streamk_ctas7"));
   v.push_back(with(cuda::PagedDecodeKernel::StreamK, 1000, 0, "streamk_ctas1000"));
+  // the head-major cache (each KV head's rows of a block contiguous) through every kind of producer
+  for (Variant h : {v[size_t(cuda::PagedDecodeKernel::Base)], v[size_t(cuda::PagedDecodeKernel::Fused)],
+                    v[size_t(cuda::PagedDecodeKernel::FusedFill3)], with(cuda::PagedDecodeKernel::StreamK, 7, 0, "streamk_ctas7")}) {
+    h.layout = cuda::KvLayout::HeadMajor;
+    h.label += "_head_major";
+    v.push_back(h);
+  }
   return v;
 }
 
@@ -103,7 +111,8 @@ struct Case {
 // One paged cache on the host (the reference's view: dequantised f32) and on the device.
 class PagedProblem {
  public:
-  explicit PagedProblem(Case c, cuda::PagedDecodeTuning tuning = {}) : c_(std::move(c)), tuning_(tuning) {
+  explicit PagedProblem(Case c, cuda::PagedDecodeTuning tuning = {}, cuda::KvLayout layout = cuda::KvLayout::SlotMajor)
+      : c_(std::move(c)), tuning_(tuning), layout_(layout) {
     if (c_.bound == 0) c_.bound = std::max(1, *std::max_element(c_.seq_lens.begin(), c_.seq_lens.end()));
     std::mt19937 rng(c_.seed);
     std::normal_distribution<float> normal(0.f, 1.f);
@@ -123,7 +132,7 @@ class PagedProblem {
     for (int s = 0; s < n_seqs; ++s)
       for (int b = 0; b < (c_.seq_lens[size_t(s)] + bs - 1) / bs; ++b) table_[size_t(s) * max_blocks_ + b] = ids[size_t(next++)];
 
-    // K, V: [n_slots, n_head_kv, head_dim]
+    // K, V: rows of head_dim in the layout's order (row_of)
     const size_t n_elem = size_t(n_blocks_) * bs * n_kv * hd;
     k_.resize(n_elem);
     v_.resize(n_elem);
@@ -146,13 +155,15 @@ class PagedProblem {
         vs[size_t(h)] = c_.per_head_scale ? std::ldexp(1.f, -7 + h % 4) : std::ldexp(1.f, -6);
       }
       std::vector<uint8_t> kc(n_elem), vc(n_elem);
-      for (size_t i = 0; i < n_elem; ++i) {
-        const int h = int((i / size_t(hd)) % size_t(n_kv));
-        kc[i] = f32_to_fp8_e4m3(40.f * normal(rng));
-        vc[i] = f32_to_fp8_e4m3(40.f * normal(rng));
-        k_[i] = fp8_e4m3_to_f32(kc[i]) * ks[size_t(h)];
-        v_[i] = fp8_e4m3_to_f32(vc[i]) * vs[size_t(h)];
-      }
+      for (size_t slot = 0; slot < size_t(n_blocks_) * bs; ++slot)
+        for (int h = 0; h < n_kv; ++h)
+          for (int d = 0; d < hd; ++d) {
+            const size_t i = row_of(slot, h) * hd + d;
+            kc[i] = f32_to_fp8_e4m3(40.f * normal(rng));
+            vc[i] = f32_to_fp8_e4m3(40.f * normal(rng));
+            k_[i] = fp8_e4m3_to_f32(kc[i]) * ks[size_t(h)];
+            v_[i] = fp8_e4m3_to_f32(vc[i]) * vs[size_t(h)];
+          }
       k_dev_ = to_device(kc);
       v_dev_ = to_device(vc);
       if (!c_.per_head_scale) {
@@ -178,6 +189,14 @@ class PagedProblem {
 
   const Case& c() const { return c_; }
   const cuda::PagedDecodeTuning& tuning() const { return tuning_; }
+  cuda::KvLayout layout() const { return layout_; }
+  // The row of (slot, KV head) in the cache arrays: written out here, not taken from the
+  // library, so a wrong kv_row_index cannot agree with itself.
+  size_t row_of(size_t slot, int head) const {
+    const size_t block = slot / size_t(c_.block_size), offset = slot % size_t(c_.block_size);
+    return layout_ == cuda::KvLayout::SlotMajor ? slot * c_.n_head_kv + size_t(head)
+                                                : (block * c_.n_head_kv + size_t(head)) * c_.block_size + offset;
+  }
   int n_seqs() const { return int(c_.seq_lens.size()); }
   size_t out_elements() const { return size_t(n_seqs()) * c_.n_head * c_.head_dim; }
 
@@ -196,6 +215,8 @@ class PagedProblem {
     p.kv.k = k_dev_.data();
     p.kv.v = v_dev_.data();
     p.kv.dtype = c_.fp8 ? KvDtype::Fp8E4M3 : KvDtype::Bf16;
+    p.kv.layout = layout_;
+    p.kv.block_size = c_.block_size;
     if (c_.fp8) {
       p.kv.k_scale = k_scale_dev_.as<float>();
       p.kv.v_scale = v_scale_dev_.as<float>();
@@ -230,7 +251,7 @@ class PagedProblem {
 
   // out: [n_seqs, n_head, head_dim], f64 over the dequantised cache, reading through the table.
   std::vector<double> reference() const {
-    const int hd = c_.head_dim, n_kv = c_.n_head_kv, group = c_.n_head / c_.n_head_kv, bs = c_.block_size;
+    const int hd = c_.head_dim, group = c_.n_head / c_.n_head_kv, bs = c_.block_size;
     const double scale = 1.0 / std::sqrt(double(hd));
     std::vector<double> out(out_elements(), 0.0), w;
     for (int s = 0; s < n_seqs(); ++s) {
@@ -244,7 +265,7 @@ class PagedProblem {
         double max_score = -INFINITY;
         for (int pos = first; pos < len; ++pos) {
           const size_t slot = size_t(table_[size_t(s) * max_blocks_ + pos / bs]) * bs + pos % bs;
-          const float* k = k_.data() + (slot * n_kv + kvh) * hd;
+          const float* k = k_.data() + row_of(slot, kvh) * hd;
           double dot = 0;
           for (int d = 0; d < hd; ++d) dot += double(q[d]) * double(k[d]);
           w[size_t(pos)] = dot * scale;
@@ -255,7 +276,7 @@ class PagedProblem {
         double* o = out.data() + (size_t(s) * c_.n_head + qh) * hd;
         for (int pos = first; pos < len; ++pos) {
           const size_t slot = size_t(table_[size_t(s) * max_blocks_ + pos / bs]) * bs + pos % bs;
-          const float* v = v_.data() + (slot * n_kv + kvh) * hd;
+          const float* v = v_.data() + row_of(slot, kvh) * hd;
           for (int d = 0; d < hd; ++d) o[d] += w[size_t(pos)] * double(v[d]);
         }
         for (int d = 0; d < hd; ++d) o[d] /= total;
@@ -278,6 +299,7 @@ class PagedProblem {
  private:
   Case c_;
   cuda::PagedDecodeTuning tuning_;
+  cuda::KvLayout layout_;
   int max_blocks_ = 0, n_blocks_ = 0;
   int64_t q_stride_ = 0;
   std::vector<int32_t> table_;
@@ -295,7 +317,7 @@ void expect_matches(const PagedProblem& problem, const std::vector<float>& got, 
   const cuda::PagedDecodePlan plan = cuda::paged_decode_plan(
       problem.n_seqs(), c.n_head, c.n_head_kv, hd, c.fp8 ? KvDtype::Fp8E4M3 : KvDtype::Bf16, c.bound, problem.tuning());
   std::ostringstream where;
-  where << c.describe() << " (kernel " << cuda::paged_decode_kernel_name(problem.tuning().kernel) << ", plan: chunk "
+  where << c.describe() << (problem.layout() == cuda::KvLayout::HeadMajor ? " head-major" : "") << " (kernel " << cuda::paged_decode_kernel_name(problem.tuning().kernel) << ", plan: chunk "
         << plan.chunk_tokens << " tokens at the bound"
         << (plan.length_chunk_min > 0 ? ", sized from each length" : "") << ", " << plan.n_splits << " splits, "
         << plan.n_ctas << " CTAs, "
@@ -322,16 +344,17 @@ void expect_matches(const PagedProblem& problem, const std::vector<float>& got, 
                             << index(worst) << " (got " << got[worst] << ", want " << want[worst] << ")";
 }
 
-void check_case(const Case& c, cudaStream_t stream, const cuda::PagedDecodeTuning& tuning) {
+void check_case(const Case& c, cudaStream_t stream, const cuda::PagedDecodeTuning& tuning, cuda::KvLayout layout) {
   SCOPED_TRACE(c.describe());
-  PagedProblem problem(c, tuning);
+  PagedProblem problem(c, tuning, layout);
   expect_matches(problem, problem.run(stream), problem.reference());
 }
 
 class PagedDecodeAttention : public ::testing::TestWithParam<Variant> {
  protected:
   const cuda::PagedDecodeTuning& tuning() const { return GetParam().tuning; }
-  void check_case(const Case& c, cudaStream_t stream) const { latentserve::check_case(c, stream, tuning()); }
+  cuda::KvLayout layout() const { return GetParam().layout; }
+  void check_case(const Case& c, cudaStream_t stream) const { latentserve::check_case(c, stream, tuning(), layout()); }
 };
 
 TEST_P(PagedDecodeAttention, Bf16ShapesMatchReference) {
@@ -473,7 +496,7 @@ TEST_P(PagedDecodeAttention, LargerBoundGivesTheSameResult) {
   tight.seed = 8;
   Case loose = tight;
   loose.bound = 4 * 1200 + 100;  // more (and differently sized) splits: most of them empty, or (_lengths) shorter
-  PagedProblem a(tight, tuning()), b(loose, tuning());  // same seed: same cache contents and table
+  PagedProblem a(tight, tuning(), layout()), b(loose, tuning(), layout());  // same seed: same cache contents and table
   const std::vector<float> out_a = a.run(device.stream()), out_b = b.run(device.stream());
   const std::vector<double> want = a.reference();
   expect_matches(a, out_a, want);
@@ -513,7 +536,7 @@ TEST_P(PagedDecodeAttention, CapturedGraphStaysValidAsLengthsGrow) {
   c.seq_lens = {1500, 2048, 900};  // the cache holds the final lengths
   c.bound = 2048;
   c.seed = 9;
-  PagedProblem problem(c, tuning());
+  PagedProblem problem(c, tuning(), layout());
   problem.set_lens({100, 700, 0});
   DeviceBuffer out = poisoned_bf16(problem.out_elements());
   DeviceBuffer ws = problem.make_workspace();
@@ -545,7 +568,7 @@ TEST_P(PagedDecodeAttention, LengthsBeyondTheBoundGiveNaN) {
   Case c;
   c.seq_lens = {300, 40};
   c.bound = 256;  // smaller than seq_lens[0]: that row must be NaN, not a truncated context
-  PagedProblem problem(c, tuning());
+  PagedProblem problem(c, tuning(), layout());
   const std::vector<float> out = problem.run(device.stream());
   const size_t row = size_t(c.n_head) * c.head_dim;
   EXPECT_TRUE(std::all_of(out.begin(), out.begin() + row, [](float x) { return std::isnan(x); }));
@@ -562,7 +585,7 @@ TEST_P(PagedDecodeAttention, RepeatedLaunchesShareOneWorkspace) {
   c.n_head_kv = 4;
   c.seq_lens = {2500, 1100, 40, 3000};
   c.seed = 12;
-  PagedProblem problem(c, tuning());
+  PagedProblem problem(c, tuning(), layout());
   DeviceBuffer out = poisoned_bf16(problem.out_elements());
   DeviceBuffer ws = problem.make_workspace();
   for (const std::vector<int>& lens : {std::vector<int>{2500, 1100, 40, 3000}, std::vector<int>{65, 1, 0, 1500},

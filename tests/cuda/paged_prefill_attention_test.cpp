@@ -53,6 +53,7 @@ struct Case {
   int sliding_window = 0;
   KvKind kv = KvKind::Bf16;
   int padding_tokens = 0;  // rows past qsl[n_seqs]: the kernel must leave them alone
+  bool head_major = false;  // the device cache in KvLayout::HeadMajor (the host Problem stays slot-major)
 };
 
 constexpr double kRelL2Tol = 1e-2;  // see the header comment
@@ -63,7 +64,7 @@ const std::vector<SeqSpec> kRagged = {{0, 1}, {0, 5}, {0, 17}, {0, 64}, {0, 130}
 std::string describe(const Case& c) {
   std::ostringstream s;
   s << c.name << " (n_head " << c.n_head << ", n_head_kv " << c.n_head_kv << ", head_dim " << c.head_dim
-    << ", block_size " << c.block_size << ", window " << c.sliding_window << ", kv "
+    << ", block_size " << c.block_size << (c.head_major ? ", head-major" : "") << ", window " << c.sliding_window << ", kv "
     << (c.kv == KvKind::Bf16 ? "bf16" : c.kv == KvKind::Fp8PerHead ? "fp8 per-head" : "fp8 per-tensor")
     << ", seqs (prefix+q_len):";
   for (auto& q : c.seqs) s << " " << q.prefix << "+" << q.q_len;
@@ -203,6 +204,19 @@ Problem build(const Case& c, uint32_t seed) {
   return p;
 }
 
+// The slot-major rows [n_slots, n_head_kv, head_dim] reordered to head-major blocks
+// [n_blocks, n_head_kv, block_size, head_dim] (kv_cache_layout.h), or unchanged.
+template <typename T>
+std::vector<T> in_device_layout(const Case& c, const std::vector<T>& slot_major) {
+  if (!c.head_major) return slot_major;
+  const size_t hd = size_t(c.head_dim), bs = size_t(c.block_size), nkv = size_t(c.n_head_kv);
+  std::vector<T> out(slot_major.size());
+  for (size_t slot = 0; slot < slot_major.size() / (nkv * hd); ++slot)
+    for (size_t h = 0; h < nkv; ++h)
+      std::copy_n(&slot_major[(slot * nkv + h) * hd], hd, &out[(((slot / bs) * nkv + h) * bs + slot % bs) * hd]);
+  return out;
+}
+
 // Device copies of a Problem and the params that point at them.
 struct DeviceProblem {
   DeviceBuffer q, k, v, out, qsl, seq_lens, tables, k_scale, v_scale;
@@ -211,11 +225,11 @@ struct DeviceProblem {
   DeviceProblem(const Case& c, const Problem& p) {
     q = to_device(p.q_bits);
     if (c.kv == KvKind::Bf16) {
-      k = to_device(p.k_bits);
-      v = to_device(p.v_bits);
+      k = to_device(in_device_layout(c, p.k_bits));
+      v = to_device(in_device_layout(c, p.v_bits));
     } else {
-      k = to_device(p.k_codes);
-      v = to_device(p.v_codes);
+      k = to_device(in_device_layout(c, p.k_codes));
+      v = to_device(in_device_layout(c, p.v_codes));
       k_scale = to_device(p.k_scale);
       v_scale = to_device(p.v_scale);
     }
@@ -231,6 +245,8 @@ struct DeviceProblem {
     params.kv.k_scale = k_scale.as<float>();
     params.kv.v_scale = v_scale.as<float>();
     params.kv.scale_head_stride = c.kv == KvKind::Fp8PerHead ? 1 : 0;
+    params.kv.layout = c.head_major ? cuda::KvLayout::HeadMajor : cuda::KvLayout::SlotMajor;
+    params.kv.block_size = c.block_size;
     params.out = out.data();
     params.query_start_loc = qsl.as<int32_t>();
     params.seq_lens = seq_lens.as<int32_t>();
@@ -412,6 +428,16 @@ TEST_P(PagedPrefillAttention, Fp8PerTensorScale) {
   LS_REQUIRE_GPU();
   run({"fp8 per-tensor", kRagged, 8, 8, 128, 64, 0, KvKind::Fp8PerTensor}, 15);
   run({"fp8 per-tensor window", kRagged, 8, 1, 64, 16, 48, KvKind::Fp8PerTensor}, 16);
+}
+
+TEST_P(PagedPrefillAttention, HeadMajorCache) {
+  LS_REQUIRE_GPU();
+  for (Case c : {Case{"head-major gqa", kRagged, 8, 2, 128, 16}, Case{"head-major mha hd64 bs64", kRagged, 8, 8, 64, 64},
+                 Case{"head-major fp8", kRagged, 8, 2, 128, 16, 0, KvKind::Fp8PerHead},
+                 Case{"head-major long", {{0, 700}, {1000, 300}}, 8, 4, 128, 32}}) {
+    c.head_major = true;
+    run(c, 17);
+  }
 }
 
 TEST_P(PagedPrefillAttention, PaddingRowsAreLeftAlone) {

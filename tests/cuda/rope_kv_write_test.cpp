@@ -49,10 +49,17 @@ enum class Flow { CalibrateThenWrite, RotateCalibrateWrite };
 
 // n_tables > 1: inv_freq holds that many tables (bases 5e5, 1e4, 3e6, ...: dynamic NTK's per-
 // sequence tables) and token t rotates with row (t * 2) % n_tables, through inv_freq_rows.
+// head_major_block > 0: the cache in KvLayout::HeadMajor with blocks of that many slots.
 void run_case(const RopeCase& c, cuda::KvDtype dtype, bool per_head, Flow flow, bool precalibrated_group,
-              int n_tables = 1) {
+              int n_tables = 1, int head_major_block = 0) {
   const int T = 11, width = (c.n_head + 2 * c.n_head_kv) * c.head_dim, stride = width + 6, n_slots = 40;
   const int kv_row = c.n_head_kv * c.head_dim, half = c.rotary_dim / 2;
+  // where element e (head e / head_dim) of a slot's K (or V) lives in the cache, in elements
+  auto dst_of = [&](int64_t slot, int e) {
+    if (head_major_block == 0) return size_t(slot) * kv_row + size_t(e);
+    const int64_t bs = head_major_block, h = e / c.head_dim;
+    return size_t((((slot / bs) * c.n_head_kv + h) * bs + slot % bs) * c.head_dim + e % c.head_dim);
+  };
   std::mt19937 rng(uint32_t(c.head_dim * 31 + c.n_head * 7 + c.rotary_dim + int(dtype) * 3 + per_head));
   std::normal_distribution<float> normal(0.0f, 1.5f);
   std::vector<float> qkv(size_t(T * stride));
@@ -122,6 +129,8 @@ void run_case(const RopeCase& c, cuda::KvDtype dtype, bool per_head, Flow flow, 
   p.kv.k = k_cache.data();
   p.kv.v = v_cache.data();
   p.kv.dtype = dtype;
+  p.kv.layout = head_major_block ? cuda::KvLayout::HeadMajor : cuda::KvLayout::SlotMajor;
+  p.kv.block_size = head_major_block;
   if (dtype == cuda::KvDtype::Fp8E4M3) {
     p.kv.k_scale = dscales.as<float>();
     p.kv.v_scale = dscales.as<float>() + n_groups;
@@ -189,7 +198,7 @@ void run_case(const RopeCase& c, cuda::KvDtype dtype, bool per_head, Flow flow, 
       const auto& cache = side ? vc : kc;
       const float* x = want.data() + size_t(t) * stride + size_t(c.n_head + side * c.n_head_kv) * c.head_dim;
       for (int e = 0; e < kv_row; ++e) {
-        const size_t dst = size_t(slot) * kv_row + size_t(e);
+        const size_t dst = dst_of(slot, e);
         if (dtype == cuda::KvDtype::Bf16) {
           uint16_t bits;
           std::memcpy(&bits, &cache[dst * 2], 2);
@@ -208,10 +217,11 @@ void run_case(const RopeCase& c, cuda::KvDtype dtype, bool per_head, Flow flow, 
   }
   for (int s = 0; s < n_slots; ++s) {
     if (written[size_t(s)]) continue;
-    for (size_t b = 0; b < size_t(kv_row) * elem; ++b) {
-      ASSERT_EQ(kc[size_t(s) * kv_row * elem + b], 0x7f) << "K slot " << s << " is no token's target";
-      ASSERT_EQ(vc[size_t(s) * kv_row * elem + b], 0x7f) << "V slot " << s << " is no token's target";
-    }
+    for (int e = 0; e < kv_row; ++e)
+      for (size_t b = 0; b < elem; ++b) {
+        ASSERT_EQ(kc[dst_of(s, e) * elem + b], 0x7f) << "K slot " << s << " is no token's target";
+        ASSERT_EQ(vc[dst_of(s, e) * elem + b], 0x7f) << "V slot " << s << " is no token's target";
+      }
   }
 }
 
@@ -230,6 +240,16 @@ TEST(CudaRopeKvWrite, Bf16CacheMatchesTheCpuRotation) {
     SCOPED_TRACE(::testing::Message() << "heads " << c.n_head << "/" << c.n_head_kv << " head_dim " << c.head_dim
                                       << " rotary " << c.rotary_dim << " interleaved " << c.interleaved);
     run_case(c, cuda::KvDtype::Bf16, false, Flow::CalibrateThenWrite, false);
+  }
+}
+
+TEST(CudaRopeKvWrite, HeadMajorCacheGetsEachRowInItsBlock) {
+  LS_REQUIRE_GPU();
+  for (const RopeCase& c : kCases) {
+    SCOPED_TRACE(::testing::Message() << "heads " << c.n_head << "/" << c.n_head_kv << " head_dim " << c.head_dim
+                                      << " rotary " << c.rotary_dim << " interleaved " << c.interleaved);
+    run_case(c, cuda::KvDtype::Bf16, false, Flow::CalibrateThenWrite, false, 1, 8);
+    run_case(c, cuda::KvDtype::Fp8E4M3, true, Flow::RotateCalibrateWrite, false, 1, 8);
   }
 }
 

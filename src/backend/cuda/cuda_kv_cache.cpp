@@ -1,5 +1,7 @@
 #include "backend/cuda/cuda_kv_cache.h"
 
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -31,6 +33,15 @@ void check_supported(const AttentionSpec& spec, const cpu::KvCacheOptions& optio
 
 }  // namespace
 
+KvLayout default_kv_layout() {
+  const char* name = std::getenv("LATENTSERVE_CUDA_KV_LAYOUT");
+  if (name == nullptr || *name == 0) return KvLayout::SlotMajor;
+  const std::string_view v(name);
+  if (v == "slot") return KvLayout::SlotMajor;
+  if (v == "head") return KvLayout::HeadMajor;
+  fail("LATENTSERVE_CUDA_KV_LAYOUT must be 'slot' or 'head', found '{}'", v);
+}
+
 CudaKvCache::CudaKvCache(const AttentionSpec& spec, int64_t n_layer, int64_t n_blocks, int64_t block_size_tokens,
                          const cpu::KvCacheOptions& options, cudaStream_t stream)
     : n_layer_(n_layer),
@@ -39,6 +50,7 @@ CudaKvCache::CudaKvCache(const AttentionSpec& spec, int64_t n_layer, int64_t n_b
       n_head_kv_(spec.n_head_kv),
       head_dim_(spec.head_dim_qk),
       dtype_(device_dtype(options.dtype)),
+      layout_(default_kv_layout()),
       headroom_(options.static_scale_headroom),
       stream_(stream) {
   check_supported(spec, options);
@@ -73,6 +85,8 @@ DeviceKvLayer CudaKvCache::layer(int64_t l) const {
   out.k = base;
   out.v = base + side_bytes();
   out.dtype = dtype_;
+  out.layout = layout_;
+  out.block_size = int(block_size_tokens_);
   if (dtype_ == KvDtype::Fp8E4M3) {
     out.k_scale = scales_.as<float>() + l * 2 * n_scales_;
     out.v_scale = out.k_scale + n_scales_;

@@ -1,7 +1,8 @@
 #pragma once
 // CudaKvCache: the paged KV cache in device memory, for standard attention (MHA/GQA/MQA).
-// Per layer, the layout of kv_cache_layout.h (the CPU cache's slot-major rows):
-//   k, v: [n_blocks * block_size_tokens, n_head_kv, head_dim] in bf16 or e4m3fn.
+// Per layer, the layout of kv_cache_layout.h (slot-major, as the CPU cache, or head-major rows):
+//   k, v: [n_blocks * block_size_tokens, n_head_kv, head_dim] (slot-major) or [n_blocks, n_head_kv,
+//   block_size_tokens, head_dim] (head-major; LATENTSERVE_CUDA_KV_LAYOUT=head)
 // FP8 scales are static, per-tensor or per-head, and live on the device: they start at 0
 // ("uncalibrated") and the model's first write into a layer sets them from the values it
 // writes (calibrate_kv_scales, with KvCacheOptions::static_scale_headroom), as the CPU cache
@@ -38,6 +39,7 @@ class CudaKvCache final : public KvCacheMemory {
 
   DeviceKvLayer layer(int64_t l) const;
   KvDtype dtype() const { return dtype_; }
+  KvLayout layout() const { return layout_; }
   int64_t block_size_tokens() const { return block_size_tokens_; }
   int64_t n_layer() const { return n_layer_; }
   float static_scale_headroom() const { return headroom_; }
@@ -53,6 +55,7 @@ class CudaKvCache final : public KvCacheMemory {
  private:
   int64_t n_layer_, n_blocks_, block_size_tokens_, n_head_kv_, head_dim_;
   KvDtype dtype_;
+  KvLayout layout_;
   int scale_head_stride_ = 0;
   int64_t n_scales_ = 0;  // per layer and side (1 or n_head_kv)
   float headroom_;
@@ -62,6 +65,10 @@ class CudaKvCache final : public KvCacheMemory {
   DeviceBuffer scales_;  // [n_layer][k | v][n_scales] f32 (FP8 only)
   int64_t side_bytes() const;
 };
+
+// The row order of new caches: SlotMajor, or HeadMajor when LATENTSERVE_CUDA_KV_LAYOUT=head
+// (kv_cache_layout.h; any other value is an Error naming it).
+KvLayout default_kv_layout();
 
 // The CUDA cache behind a KvCacheMemory; an Error naming the device otherwise.
 CudaKvCache& as_cuda_kv_cache(KvCacheMemory& kv);

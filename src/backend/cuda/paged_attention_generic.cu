@@ -44,7 +44,7 @@ __global__ void generic_attention_kernel(PagedPrefillParams p) {
   float running_max = -INFINITY, running_sum = 0.0f;
   for (int key = first; key <= pos; ++key) {
     const int block = p.block_tables[int64_t(s) * p.max_blocks_per_seq + key / p.block_size];
-    const int64_t row = (int64_t(block) * p.block_size + key % p.block_size) * p.n_head_kv + h;
+    const int64_t row = kv_row_index(p.kv.layout, block, key % p.block_size, h, p.n_head_kv, p.block_size);
     float dot = 0.0f;
 #pragma unroll
     for (int j = 0; j < kMaxPerLane; ++j) {

@@ -144,8 +144,6 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 ? 1 : POLICY == kStages
   // ---- cp.async producer: tile t's K and V rows -> stage ----
   const int n_tiles = (hi - lo + kTile - 1) / kTile;
   const int copy_chunk = tid % C::kChunksPerRow, copy_row0 = tid / C::kChunksPerRow;
-  const int64_t kv_head_offset = int64_t(kvh) * C::kRowBytes + copy_chunk * 16;
-  const int64_t slot_bytes = int64_t(a.n_head_kv) * C::kRowBytes;
   const uint32_t pipe_addr = smem_addr(pipe);
   auto load_tile = [&](int tile, int stage) {
     const int base = lo + tile * kTile;
@@ -156,10 +154,9 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 ? 1 : POLICY == kStages
       const int pos = base + r;
       const bool ok = pos < hi;
       int64_t off = 0;
-      if (ok) {
-        const int slot = table_s[(pos >> a.log2_block_size) - first_block] * block_size + (pos & (block_size - 1));
-        off = int64_t(slot) * slot_bytes + kv_head_offset;
-      }
+      if (ok)
+        off = kv_row_index(a.layout, table_s[(pos >> a.log2_block_size) - first_block], pos & (block_size - 1), kvh,
+                           a.n_head_kv, block_size) * C::kRowBytes + copy_chunk * 16;
       const uint32_t dst = dst0 + r * C::kRowStride;
       cp_async_16(dst, a.k + off, ok ? 16 : 0);
       cp_async_16(dst + C::kTileBytes, a.v + off, ok ? 16 : 0);
@@ -746,6 +743,7 @@ void paged_decode_attention(const PagedDecodeParams& p, cudaStream_t stream) {
   a.k_scale = p.kv.k_scale;
   a.v_scale = p.kv.v_scale;
   a.scale_head_stride = p.kv.scale_head_stride;
+  a.layout = p.kv.layout;
   a.seq_lens = p.seq_lens;
   a.block_tables = p.block_tables;
   a.max_blocks_per_seq = p.max_blocks_per_seq;

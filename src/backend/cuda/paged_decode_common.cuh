@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "backend/cuda/kernel_error.h"
+#include "backend/cuda/kv_cache_layout.h"
 
 namespace latentserve::cuda::paged_decode {
 
@@ -100,6 +101,7 @@ struct KernelArgs {
   const float* k_scale;
   const float* v_scale;
   int scale_head_stride;
+  KvLayout layout;
   const int32_t* seq_lens;
   const int32_t* block_tables;
   int max_blocks_per_seq, log2_block_size;

@@ -149,7 +149,6 @@ __global__ void __launch_bounds__(kStreamKWarps * 32, 2) paged_decode_streamk_ke
   int gp = g0;  // the producer's next tile
   const int block_size = 1 << a.log2_block_size;
   const int copy_chunk = tid % C::kChunksPerRow, copy_row0 = tid / C::kChunksPerRow;
-  const int64_t slot_bytes = int64_t(nkv) * C::kRowBytes;
   const uint32_t pipe_addr = smem_addr(smem);
   int ids[C::kRowsPerThread];
   auto fetch_ids = [&](const Cursor& c) {
@@ -163,7 +162,6 @@ __global__ void __launch_bounds__(kStreamKWarps * 32, 2) paged_decode_streamk_ke
   };
   auto issue = [&](const Cursor& c, int stage) {
     const int base = c.lo + c.j * kTile;
-    const int64_t head_offset = int64_t(c.kvh) * C::kRowBytes + copy_chunk * 16;
     const uint32_t dst0 = pipe_addr + stage * C::kStageBytes + copy_chunk * 16;
 #pragma unroll
     for (int i = 0; i < C::kRowsPerThread; ++i) {
@@ -171,7 +169,8 @@ __global__ void __launch_bounds__(kStreamKWarps * 32, 2) paged_decode_streamk_ke
       const int pos = base + r;
       const bool ok = pos < c.hi;
       const int64_t off =
-          ok ? (int64_t(ids[i]) * block_size + (pos & (block_size - 1))) * slot_bytes + head_offset : 0;
+          ok ? kv_row_index(a.layout, ids[i], pos & (block_size - 1), c.kvh, nkv, block_size) * C::kRowBytes + copy_chunk * 16
+             : 0;
       const uint32_t dst = dst0 + r * C::kRowStride;
       cp_async_16(dst, a.k + off, ok ? 16 : 0);
       cp_async_16(dst + C::kTileBytes, a.v + off, ok ? 16 : 0);

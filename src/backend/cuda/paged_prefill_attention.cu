@@ -143,8 +143,8 @@ __global__ void __launch_bounds__(Config<HeadDim, Fp8>::kThreads, Config<HeadDim
       const bool valid = pos >= kv_lo && pos < kv_end;
       int64_t offset = 0;  // bytes
       if (valid) {
-        const int64_t slot = int64_t(table[pos >> log2_block]) * p.block_size + (pos & (p.block_size - 1));
-        offset = ((slot * p.n_head_kv + head_kv) * HeadDim) * (Fp8 ? 1 : 2) + c * 16;
+        offset = kv_row_index(p.kv.layout, table[pos >> log2_block], pos & (p.block_size - 1), head_kv, p.n_head_kv,
+                              p.block_size) * HeadDim * (Fp8 ? 1 : 2) + c * 16;
       }
       const uint32_t dst = Fp8 ? uint32_t(r * HeadDim + c * 16) : swizzle<C::kRowBytes>(r, c);
       cp_async_16(dst_k + dst, k_base + offset, valid);
@@ -459,8 +459,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm)
     const bool valid = pos >= kv_lo && pos < kv_end;
     int64_t offset = 0;  // bytes
     if (valid) {
-      const int64_t slot = int64_t(table[pos >> log2_block]) * p.block_size + (pos & (p.block_size - 1));
-      offset = ((slot * p.n_head_kv + head_kv) * HeadDim) * (Fp8 ? 1 : 2) + h * 16;
+      offset = kv_row_index(p.kv.layout, table[pos >> log2_block], pos & (p.block_size - 1), head_kv, p.n_head_kv,
+                            p.block_size) * HeadDim * (Fp8 ? 1 : 2) + h * 16;
     }
     const unsigned char* k_src = static_cast<const unsigned char*>(p.kv.k) + offset;
     const unsigned char* v_src = static_cast<const unsigned char*>(p.kv.v) + offset;

@@ -142,8 +142,8 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_wgmma_kernel(const 
     const bool valid = block >= 0;
     int64_t offset = 0;  // bytes
     if (valid) {
-      const int64_t slot = int64_t(block) * p.block_size + (pos & (p.block_size - 1));
-      offset = (slot * p.n_head_kv + head_kv) * (kFp8 ? kHeadDim : kRowBytes);
+      offset = kv_row_index(p.kv.layout, block, pos & (p.block_size - 1), head_kv, p.n_head_kv, p.block_size) *
+               (kFp8 ? kHeadDim : kRowBytes);
     }
     const unsigned char* k_src = static_cast<const unsigned char*>(p.kv.k) + offset;
     const unsigned char* v_src = static_cast<const unsigned char*>(p.kv.v) + offset;

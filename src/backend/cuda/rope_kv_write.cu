@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeKvWritePara
   __nv_bfloat16* row = static_cast<__nv_bfloat16*>(p.qkv) + int64_t(t) * p.qkv_token_stride;
   const int half = p.rotary_dim / 2, hd = p.head_dim, nh = p.n_head, nkv = p.n_head_kv;
   const int64_t slot = p.write_kv ? p.slot_mapping[t] : -1;
-  const int64_t kv_base = slot * int64_t(nkv) * hd;  // element offset of this slot's row
+  // element offset of KV head h's row of this slot
+  auto kv_row = [&](int h) { return kv_slot_row_index(p.kv.layout, slot, h, nkv, p.kv.block_size) * hd; };
   const Store store_k{p.kv.k, p.kv.dtype, p.kv.k_scale, p.kv.scale_head_stride};
   const Store store_v{p.kv.v, p.kv.dtype, p.kv.v_scale, p.kv.scale_head_stride};
   const bool rotate_here = p.apply_rope && half > 0;
@@ -93,8 +94,8 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeKvWritePara
       x[e.y] = __float2bfloat16_rn(r.y);
       if (head >= nh && slot >= 0) {
         const int kh = head - nh;
-        store_k(kv_base + int64_t(kh) * hd + e.x, kh, r.x);
-        store_k(kv_base + int64_t(kh) * hd + e.y, kh, r.y);
+        store_k(kv_row(kh) + e.x, kh, r.x);
+        store_k(kv_row(kh) + e.y, kh, r.y);
       }
     }
   }
@@ -106,9 +107,9 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeKvWritePara
   const int k_from = rotate_here ? p.rotary_dim : 0;
   for (int h = blockIdx.y; h < nkv; h += gridDim.y) {
     for (int e = k_from + threadIdx.x; e < hd; e += kThreads)
-      store_k(kv_base + int64_t(h) * hd + e, h, bf16_to_f32(k[int64_t(h) * hd + e]));
+      store_k(kv_row(h) + e, h, bf16_to_f32(k[int64_t(h) * hd + e]));
     for (int e = threadIdx.x; e < hd; e += kThreads)
-      store_v(kv_base + int64_t(h) * hd + e, h, bf16_to_f32(v[int64_t(h) * hd + e]));
+      store_v(kv_row(h) + e, h, bf16_to_f32(v[int64_t(h) * hd + e]));
   }
 }
 
@@ -196,6 +197,8 @@ void validate(const char* name, const RopeKvWriteParams& p) {
     kernel_fail(name, ": inv_freq is null (expected a device pointer to f32 [rotary_dim / 2])");
   if (p.write_kv && !p.kv.k) kernel_fail(name, ": kv.k is null (expected this layer's K cache)");
   if (p.write_kv && !p.kv.v) kernel_fail(name, ": kv.v is null (expected this layer's V cache)");
+  if (p.write_kv && p.kv.layout == KvLayout::HeadMajor && p.kv.block_size <= 0)
+    kernel_fail(name, ": kv.block_size must be > 0 for the HeadMajor layout (it places a slot's rows), found ", p.kv.block_size);
   if (p.n_tokens < 0) kernel_fail(name, ": n_tokens must be >= 0, found ", p.n_tokens);
   if (p.n_head <= 0) kernel_fail(name, ": n_head must be > 0, found ", p.n_head);
   if (p.n_head_kv <= 0) kernel_fail(name, ": n_head_kv must be > 0, found ", p.n_head_kv);
