@@ -35,7 +35,7 @@ void check_supported(const AttentionSpec& spec, const cpu::KvCacheOptions& optio
 
 KvLayout default_kv_layout() {
   const char* name = std::getenv("LATENTSERVE_CUDA_KV_LAYOUT");
-  if (name == nullptr || *name == 0) return KvLayout::SlotMajor;
+  if (name == nullptr || *name == 0) return KvLayout::HeadMajor;
   const std::string_view v(name);
   if (v == "slot") return KvLayout::SlotMajor;
   if (v == "head") return KvLayout::HeadMajor;

@@ -2,7 +2,7 @@
 // CudaKvCache: the paged KV cache in device memory, for standard attention (MHA/GQA/MQA).
 // Per layer, the layout of kv_cache_layout.h (slot-major, as the CPU cache, or head-major rows):
 //   k, v: [n_blocks * block_size_tokens, n_head_kv, head_dim] (slot-major) or [n_blocks, n_head_kv,
-//   block_size_tokens, head_dim] (head-major; LATENTSERVE_CUDA_KV_LAYOUT=head)
+//   block_size_tokens, head_dim] (head-major, the default; LATENTSERVE_CUDA_KV_LAYOUT=slot for the other)
 // FP8 scales are static, per-tensor or per-head, and live on the device: they start at 0
 // ("uncalibrated") and the model's first write into a layer sets them from the values it
 // writes (calibrate_kv_scales, with KvCacheOptions::static_scale_headroom), as the CPU cache
@@ -66,8 +66,9 @@ class CudaKvCache final : public KvCacheMemory {
   int64_t side_bytes() const;
 };
 
-// The row order of new caches: SlotMajor, or HeadMajor when LATENTSERVE_CUDA_KV_LAYOUT=head
-// (kv_cache_layout.h; any other value is an Error naming it).
+// The row order of new caches: HeadMajor, or SlotMajor when LATENTSERVE_CUDA_KV_LAYOUT=slot
+// (kv_cache_layout.h; "head" is the default, any other value an Error naming it). Measured:
+// docs/cuda-decode-attention.md, "Head-major blocks".
 KvLayout default_kv_layout();
 
 // The CUDA cache behind a KvCacheMemory; an Error naming the device otherwise.
