@@ -39,7 +39,6 @@ class CudaKvCache final : public KvCacheMemory {
 
   DeviceKvLayer layer(int64_t l) const;
   KvDtype dtype() const { return dtype_; }
-  KvLayout layout() const { return layout_; }
   int64_t block_size_tokens() const { return block_size_tokens_; }
   int64_t n_layer() const { return n_layer_; }
   float static_scale_headroom() const { return headroom_; }

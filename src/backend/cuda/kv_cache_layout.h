@@ -32,9 +32,15 @@ LS_KV_HOST_DEVICE int64_t kv_row_index(KvLayout layout, int64_t block, int offse
   return layout == KvLayout::SlotMajor ? (block * block_size + offset) * n_head_kv + head
                                        : (block * n_head_kv + head) * block_size + offset;
 }
-// The same from a slot (block * block_size + offset).
+// The same from a slot (block * block_size + offset); block_size is only read for HeadMajor.
 LS_KV_HOST_DEVICE int64_t kv_slot_row_index(KvLayout layout, int64_t slot, int head, int n_head_kv, int block_size) {
-  return kv_row_index(layout, slot / block_size, int(slot % block_size), head, n_head_kv, block_size);
+  return layout == KvLayout::SlotMajor ? slot * n_head_kv + head
+                                       : kv_row_index(layout, slot / block_size, int(slot % block_size), head, n_head_kv,
+                                                      block_size);
+}
+// Rows between KV head h and h + 1 of one slot: the heads of a slot are evenly spaced in both orders.
+LS_KV_HOST_DEVICE int64_t kv_head_row_stride(KvLayout layout, int block_size) {
+  return layout == KvLayout::SlotMajor ? 1 : block_size;
 }
 
 struct DeviceKvLayer {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cuda/kernel_error.h"
+#include "backend/cuda/kv_cache_layout.h"
 
 namespace latentserve::cuda {
 namespace {
@@ -67,10 +68,9 @@ constexpr int kProbeUnroll = 4;  // token groups per round: 4 K + 4 V loads in f
 
 __device__ __forceinline__ size_t probe_row_offset(const PagedReadProbe& p, int seq, int head, int token) {
   if (p.layout == PagedReadLayout::Contiguous) return ((size_t(seq) * p.n_head_kv + head) * p.context + token) * p.row_bytes;
-  const size_t block = size_t(p.block_tables[size_t(seq) * (p.context / p.block_size) + token / p.block_size]);
-  const int offset = token % p.block_size;
-  if (p.layout == PagedReadLayout::SlotMajor) return ((block * p.block_size + offset) * p.n_head_kv + head) * p.row_bytes;
-  return ((block * p.n_head_kv + head) * p.block_size + offset) * p.row_bytes;
+  const int64_t block = p.block_tables[size_t(seq) * (p.context / p.block_size) + token / p.block_size];
+  const KvLayout layout = p.layout == PagedReadLayout::SlotMajor ? KvLayout::SlotMajor : KvLayout::HeadMajor;
+  return size_t(kv_row_index(layout, block, token % p.block_size, head, p.n_head_kv, p.block_size)) * p.row_bytes;
 }
 
 // grid (context / chunk_tokens, n_head_kv, n_seqs): the decode kernel's order (chunks fastest)

@@ -20,9 +20,8 @@ int read_only_pass_blocks();
 // sequence's context, read once through the block table by a grid of (chunk, KV head,
 // sequence) blocks of 256 threads, 8 x 16-byte loads in flight per thread. The layout says
 // where a (block, offset, head) row lives:
-//   SlotMajor      ((block * block_size + offset) * n_head_kv + head) * row_bytes   (the cache's)
-//   BlockHeadMajor ((block * n_head_kv + head) * block_size + offset) * row_bytes   (each head's
-//                  rows of a block contiguous, FlashInfer's HND page)
+//   SlotMajor      KvLayout::SlotMajor (kv_cache_layout.h: the CPU cache's order)
+//   BlockHeadMajor KvLayout::HeadMajor (each head's rows of a block contiguous, FlashInfer's HND page)
 //   Contiguous     ((seq * n_head_kv + head) * context + token) * row_bytes          (no table:
 //                  PyTorch SDPA's [batch, head, token, dim])
 // So the three differ only in addresses: their times say what the layout costs the stream.

@@ -75,8 +75,10 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeKvWritePara
   __nv_bfloat16* row = static_cast<__nv_bfloat16*>(p.qkv) + int64_t(t) * p.qkv_token_stride;
   const int half = p.rotary_dim / 2, hd = p.head_dim, nh = p.n_head, nkv = p.n_head_kv;
   const int64_t slot = p.write_kv ? p.slot_mapping[t] : -1;
-  // element offset of KV head h's row of this slot
-  auto kv_row = [&](int h) { return kv_slot_row_index(p.kv.layout, slot, h, nkv, p.kv.block_size) * hd; };
+  // element offset of KV head h's row of this slot (the slot's block and offset found once)
+  const int64_t head0_row = slot >= 0 ? kv_slot_row_index(p.kv.layout, slot, 0, nkv, p.kv.block_size) : 0;
+  const int64_t head_rows = kv_head_row_stride(p.kv.layout, p.kv.block_size);
+  auto kv_row = [&](int h) { return (head0_row + h * head_rows) * hd; };
   const Store store_k{p.kv.k, p.kv.dtype, p.kv.k_scale, p.kv.scale_head_stride};
   const Store store_v{p.kv.v, p.kv.dtype, p.kv.v_scale, p.kv.scale_head_stride};
   const bool rotate_here = p.apply_rope && half > 0;
