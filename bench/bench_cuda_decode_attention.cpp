@@ -1,6 +1,6 @@
 // Paged decode attention on the GPU: KV bytes read per second against this GPU's measured
 // read roof (read_only_pass over 4 GiB), for MHA (32 q / 32 kv heads), GQA-8 (32 / 8) and MQA
-// (32 / 1) at head_dim 128, block_size 16, bf16 KV (and FP8 KV for GQA-8), batch 1 .. 128 and
+// (32 / 1) at head_dim 128, block_size 16 (--block-size), bf16 KV (and FP8 KV for GQA-8), batch 1 .. 128 and
 // context 4K / 16K. The cache is filled with random values on the device, every sequence's
 // block table is a random permutation of its blocks, and shapes whose K+V is under 256 MB
 // rotate over several copies of the cache (different blocks) so that no launch reads from L2.
@@ -13,7 +13,8 @@
 //
 //   bench_cuda_decode_attention [--quick] [--json FILE] [--variants NAME,NAME,...] [--list]
 //   --quick: batch 16 and 64 at context 4096 and 16384
-//   --kv-layout slot|head: the cache's row order (kv_cache_layout.h; default slot)
+//   --kv-layout slot|head: the cache's row order (kv_cache_layout.h; default head, as the engine's)
+//   --block-size N: tokens per KV block (default 16, the engine's default)
 //   --layout-probe: only the read stream of the decode grid in three cache layouts (paged_read_pass)
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -21,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -44,7 +46,8 @@ using cuda::DeviceBuffer;
 
 namespace {
 
-constexpr int kNHead = 32, kHeadDim = 128, kBlockSize = 16;
+constexpr int kNHead = 32, kHeadDim = 128;
+int g_block_size = 16;  // --block-size: tokens per KV block (a power of two in [8, 256])
 constexpr double kMaxKvBytes = 60e9;      // skip shapes whose K+V is larger
 constexpr double kRotateBytes = 256e6;    // below this K+V, rotate over copies (L2 is 50-60 MB)
 
@@ -189,7 +192,7 @@ void run_layout_probe(const std::vector<int>& batches, const std::vector<int>& c
       {"contiguous (SDPA)", cuda::PagedReadLayout::Contiguous}};
   std::mt19937 rng(7);
   fmt::print("layout probe: K+V of one layer read once, bf16 hd 128, block {}, 1024-token chunks, TB/s (% of roof)\n",
-             kBlockSize);
+             g_block_size);
   for (const Kind& kind : kinds)
     for (int batch : batches)
       for (int context : contexts) {
@@ -198,7 +201,7 @@ void run_layout_probe(const std::vector<int>& batches, const std::vector<int>& c
         DeviceBuffer k(side), v(side);
         cuda::fill_uniform_bf16(k.data(), int64_t(side / 2), 0.f, 1.f, 3, s);
         cuda::fill_uniform_bf16(v.data(), int64_t(side / 2), 0.f, 1.f, 4, s);
-        std::vector<int32_t> ids(size_t(batch) * (context / kBlockSize));
+        std::vector<int32_t> ids(size_t(batch) * (context / g_block_size));
         std::iota(ids.begin(), ids.end(), 0);
         std::shuffle(ids.begin(), ids.end(), rng);
         DeviceBuffer table(ids.size() * 4);
@@ -210,7 +213,7 @@ void run_layout_probe(const std::vector<int>& batches, const std::vector<int>& c
         p.n_seqs = batch;
         p.context = context;
         p.n_head_kv = kind.n_head_kv;
-        p.block_size = kBlockSize;
+        p.block_size = g_block_size;
         p.row_bytes = kHeadDim * 2;
         p.chunk_tokens = 1024;
         DeviceBuffer sums(size_t(cuda::paged_read_pass_blocks(p)) * sizeof(float));
@@ -237,7 +240,7 @@ void run_layout_probe(const std::vector<int>& batches, const std::vector<int>& c
 // --pow2-bound: size the grid as the model does, for the power of two >= max(context, 512)
 // (its graphs serve every length up to it), instead of for the context itself.
 bool g_pow2_bound = false;
-cuda::KvLayout g_layout = cuda::KvLayout::SlotMajor;  // --kv-layout slot|head
+cuda::KvLayout g_layout = cuda::KvLayout::HeadMajor;  // --kv-layout slot|head (head: the CUDA cache's default)
 
 int grid_bound(int context) {
   if (!g_pow2_bound) return context;
@@ -250,9 +253,9 @@ std::vector<Row> run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int
                            const std::vector<Variant>& variants, DeviceBuffer& k_pool, DeviceBuffer& v_pool,
                            double roof, cudaStream_t s, std::mt19937& rng) {
   const int elt = cuda::kv_element_bytes(dtype);
-  const int blocks_per_seq = context / kBlockSize;
+  const int blocks_per_seq = context / g_block_size;
   const int64_t blocks = int64_t(batch) * blocks_per_seq;
-  const size_t block_bytes = size_t(kBlockSize) * kind.n_head_kv * kHeadDim * elt;  // one of K, V
+  const size_t block_bytes = size_t(g_block_size) * kind.n_head_kv * kHeadDim * elt;  // one of K, V
   const double kv_bytes = 2.0 * double(blocks) * double(block_bytes);
   const int replicas = std::max(1, int(std::min<int64_t>(int64_t(std::ceil(kRotateBytes / kv_bytes)),
                                                          int64_t(k_pool.bytes() / (blocks * block_bytes)))));
@@ -290,7 +293,7 @@ std::vector<Row> run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int
   p.kv.v = v_pool.data();
   p.kv.dtype = dtype;
   p.kv.layout = g_layout;
-  p.kv.block_size = kBlockSize;
+  p.kv.block_size = g_block_size;
   if (dtype == cuda::KvDtype::Fp8E4M3) {
     p.kv.k_scale = scales.as<float>();
     p.kv.v_scale = scales.as<float>() + 1;
@@ -300,7 +303,7 @@ std::vector<Row> run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int
   p.seq_lens = lens_dev.as<int32_t>();
   p.n_seqs = batch;
   p.max_blocks_per_seq = blocks_per_seq;
-  p.block_size = kBlockSize;
+  p.block_size = g_block_size;
   p.n_head = kNHead;
   p.n_head_kv = kind.n_head_kv;
   p.head_dim = kHeadDim;
@@ -378,10 +381,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--kv-layout") && i + 1 < argc && !std::strcmp(argv[i + 1], "slot")) g_layout = cuda::KvLayout::SlotMajor, ++i;
     else if (!std::strcmp(argv[i], "--kv-layout") && i + 1 < argc && !std::strcmp(argv[i + 1], "head")) g_layout = cuda::KvLayout::HeadMajor, ++i;
     else if (!std::strcmp(argv[i], "--context") && i + 1 < argc) context_list = int_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--block-size") && i + 1 < argc) g_block_size = std::atoi(argv[++i]);
     else {
-      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--batch 1,16] [--context 1024,4096] [--pow2-bound] [--layout-probe] [--kv-layout slot|head] [--list]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--batch 1,16] [--context 1024,4096] [--pow2-bound] [--layout-probe] [--kv-layout slot|head] [--block-size 16] [--list]\n", argv[0]);
       return 2;
     }
+  }
+  if (g_block_size < 8 || g_block_size > 256 || (g_block_size & (g_block_size - 1)) != 0) {
+    fmt::print(stderr, "--block-size must be a power of two in [8, 256], found {}\n", g_block_size);
+    return 2;
   }
   std::vector<Variant> variants = all_variants();
   if (list) {
@@ -405,8 +413,8 @@ int main(int argc, char** argv) {
   try {
     cuda::CudaDevice device;
     cudaStream_t s = device.stream();
-    fmt::print("device: {} ({} SMs), KV layout {}\n", device.name(), device.n_sm(),
-               g_layout == cuda::KvLayout::SlotMajor ? "slot-major" : "head-major");
+    fmt::print("device: {} ({} SMs), KV layout {}, block {}\n", device.name(), device.n_sm(),
+               g_layout == cuda::KvLayout::SlotMajor ? "slot-major" : "head-major", g_block_size);
 
     const double roof = read_roof_bytes_per_s(s);
     fmt::print("read roof (read_only_pass, 4 GiB, median of 20): {:.3f} TB/s\n\n", roof * 1e-12);
@@ -417,8 +425,8 @@ int main(int argc, char** argv) {
     if (!batch_list.empty()) batches = batch_list;
     if (!context_list.empty()) contexts = context_list;
     for (int c : contexts)
-      if (c <= 0 || c % kBlockSize != 0)
-        throw std::runtime_error(fmt::format("--context {}: must be a positive multiple of the {}-token block", c, kBlockSize));
+      if (c <= 0 || c % g_block_size != 0)
+        throw std::runtime_error(fmt::format("--context {}: must be a positive multiple of the {}-token block", c, g_block_size));
     if (layout_probe) {
       run_layout_probe(batches, contexts, roof, s);
       return 0;
@@ -508,7 +516,7 @@ int main(int argc, char** argv) {
       j["read_roof_bytes_per_s"] = roof;
       j["head_dim"] = kHeadDim;
       j["n_head"] = kNHead;
-      j["block_size"] = kBlockSize;
+      j["block_size"] = g_block_size;
       auto to_json = [](const Row& r) {
         return nlohmann::json{{"variant", r.variant},     {"kind", r.kind},
                               {"kv_dtype", r.kv_dtype},   {"batch", r.batch},

@@ -32,9 +32,14 @@ if has test; then
   cp /tmp/test_cuda.log "$OUT/test_cuda.log"
   summary+=("tests: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test|^\[  SKIPPED \] [0-9]+' /tmp/test_cuda.log | tr '\n' ' ')")
 fi
-if has kernels; then
+if has kernels; then  # BENCH_ARGS="--block-size 16 | --block-size 64": one run of each bench per '|'-separated set
+  IFS='|' read -ra bench_arg_sets <<< "${BENCH_ARGS:- }"
   for b in ${BENCHES:-$(ls $BIN | grep "^bench_cuda_")}; do
-    timeout ${BENCH_TIMEOUT:-150} $BIN/$b $QUICK_FLAG ${BENCH_ARGS:-} --json "$OUT/$b.json" 2>&1 | tail -${BENCH_TAIL:-60}
+    for i in "${!bench_arg_sets[@]}"; do
+      [ ${#bench_arg_sets[@]} -gt 1 ] && echo "== $b ${bench_arg_sets[$i]} =="
+      suffix=""; [ ${#bench_arg_sets[@]} -gt 1 ] && suffix=".$i"
+      timeout ${BENCH_TIMEOUT:-150} $BIN/$b $QUICK_FLAG ${bench_arg_sets[$i]} --json "$OUT/$b$suffix.json" 2>&1 | tail -${BENCH_TAIL:-60}
+    done
   done
 fi
 if has gemm; then  # the GEMM table alone: cuBLASLt and every gemv configuration, alone and back to back
@@ -45,14 +50,18 @@ if has peers; then
     timeout ${BENCH_TIMEOUT:-150} python3 tools/$p.py $QUICK_FLAG --json "$OUT/$p.json" 2>&1 | tail -${BENCH_TAIL:-60}
   done
 fi
-if has e2e; then  # E2E_ENVS="default LATENTSERVE_CUDA_L2_PREFETCH_MB=32": one run per environment setting (A/B in one session)
+if has e2e; then  # E2E_ENVS="default LATENTSERVE_CUDA_L2_PREFETCH_MB=32": one run per environment setting (A/B in one session);
+  # E2E_ARGS="--block-size 16 | --block-size 64": one run per '|'-separated argument set, for each setting
+  IFS='|' read -ra e2e_arg_sets <<< "${E2E_ARGS:- }"
   for setting in ${E2E_ENVS:-default}; do
-    echo "== bench decode, environment: $setting =="
-    tag=$(echo "$setting" | tr -c 'A-Za-z0-9\n' '_')
-    ( [ "$setting" = default ] || export "$setting"
-      timeout ${E2E_TIMEOUT:-300} $BIN/latentserve bench decode --device cuda --synthetic llama3-8b --attention ${E2E_ATTENTION:-gqa8,mha} \
-        --batch ${E2E_BATCH:-1,8,32,64} --context ${E2E_CONTEXT:-1024,8192,32768} --steps ${E2E_STEPS:-10} --warmup 3 \
-        ${E2E_ARGS:-} --json "$OUT/bench_decode_cuda_$tag.json" 2>&1 | tail -60 )
+    for i in "${!e2e_arg_sets[@]}"; do
+      echo "== bench decode, environment: $setting, arguments: ${e2e_arg_sets[$i]} =="
+      tag=$(echo "$setting" | tr -c 'A-Za-z0-9\n' '_'); [ ${#e2e_arg_sets[@]} -gt 1 ] && tag="$tag.$i"
+      ( [ "$setting" = default ] || export "$setting"
+        timeout ${E2E_TIMEOUT:-300} $BIN/latentserve bench decode --device cuda --synthetic llama3-8b --attention ${E2E_ATTENTION:-gqa8,mha} \
+          --batch ${E2E_BATCH:-1,8,32,64} --context ${E2E_CONTEXT:-1024,8192,32768} --steps ${E2E_STEPS:-10} --warmup 3 \
+          ${e2e_arg_sets[$i]} --json "$OUT/bench_decode_cuda_$tag.json" 2>&1 | tail -60 )
+    done
   done
 fi
 if has cli; then  # the CLI on the GPU: generate (vs the CPU), batch with a device-sized KV cache

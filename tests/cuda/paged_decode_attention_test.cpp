@@ -681,6 +681,7 @@ TEST(PagedDecodeAttention, InvalidParamsThrow) {
   expect_throw("workspace too small", [](auto& p) { p.workspace_bytes = 16; });
   expect_throw("block_size 12", [](auto& p) { p.block_size = 12; });
   expect_throw("block_size 512", [](auto& p) { p.block_size = 512; });
+  expect_throw("kv.block_size 32 against block_size 16", [](auto& p) { p.kv.block_size = 2 * p.block_size; });
   expect_throw("q_seq_stride too small", [](auto& p) { p.q_seq_stride = p.n_head * p.head_dim - 8; });
   expect_throw("max_seq_len_bound 0", [](auto& p) { p.max_seq_len_bound = 0; });
   expect_throw("softmax_scale 0", [](auto& p) { p.softmax_scale = 0; });

@@ -499,6 +499,7 @@ TEST_P(PagedPrefillAttention, InvalidParamsThrow) {
   expect_throw("block_size 12", [](auto& b) { b.block_size = 12; });
   expect_throw("block_size 4", [](auto& b) { b.block_size = 4; });
   expect_throw("block_size 512", [](auto& b) { b.block_size = 512; });
+  expect_throw("kv.block_size 32 against block_size 16", [](auto& b) { b.kv.block_size = 2 * b.block_size; });
   expect_throw("max_blocks_per_seq 0", [](auto& b) { b.max_blocks_per_seq = 0; });
   expect_throw("max_query_len > n_tokens", [](auto& b) { b.max_query_len = b.n_tokens + 1; });
   expect_throw("max_query_len 0 with tokens", [](auto& b) { b.max_query_len = 0; });
