@@ -80,7 +80,7 @@ std::vector<Variant> all_variants() {
   v.push_back(with(cuda::PagedDecodeKernel::StreamK, 1000, 0, "streamk_ctas1000"));
   // the head-major cache (each KV head's rows of a block contiguous) through every kind of producer
   for (Variant h : {v[size_t(cuda::PagedDecodeKernel::Base)], v[size_t(cuda::PagedDecodeKernel::Fused)],
-                    v[size_t(cuda::PagedDecodeKernel::FusedFill3)], with(cuda::PagedDecodeKernel::StreamK, 7, 0, "streamk_ctas7")}) {
+                    v[size_t(cuda::PagedDecodeKernel::FusedFill3)], v[size_t(cuda::PagedDecodeKernel::FusedBulk)], with(cuda::PagedDecodeKernel::StreamK, 7, 0, "streamk_ctas7")}) {
     h.layout = cuda::KvLayout::HeadMajor;
     h.label += "_head_major";
     v.push_back(h);

@@ -34,6 +34,8 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 ? 1 : POLICY == kStages
   constexpr bool kFast = (FLAGS & kFlagFastPrologue) != 0;
   constexpr bool kAluK = FP8 && (FLAGS & kFlagFp8AluK) != 0;
   constexpr bool kAluV = FP8 && (FLAGS & kFlagFp8AluV) != 0;
+  constexpr bool kBulk = (FLAGS & kFlagBulkCopy) != 0;
+  static_assert(!kBulk || kThreadsC == 2 * kTile, "bulk copies: one K or V row of a tile per thread");
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* pipe = smem;                                             // [stages][K|V][tile][row stride]
   uint16_t* q_s = reinterpret_cast<uint16_t*>(smem + C::kQOffset);        // [kRows][kQStride] bf16 or f16
@@ -139,13 +141,44 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 ? 1 : POLICY == kStages
     for (int i = tid; i < n_table; i += kThreadsC) table_s[i] = table[i];
     for (int i = tid; i < C::kRows * (HD / 8); i += kThreadsC) store_q(i, load_q(i));
   }
-  __syncthreads();  // table_s before the first copies
+  const uint32_t bars = smem_addr(smem) + C::kBarOffset;  // kBulk: [stages] mbarriers
+  if constexpr (kBulk) {
+    if (tid == 0) {
+#pragma unroll
+      for (int st = 0; st < C::kStages; ++st) mbar_init(bars + 8 * st, kThreadsC);
+      mbar_init_fence();
+    }
+  }
+  __syncthreads();  // table_s (and the barriers) before the first copies
 
-  // ---- cp.async producer: tile t's K and V rows -> stage ----
+  // ---- producer: tile t's K and V rows -> stage ----
   const int n_tiles = (hi - lo + kTile - 1) / kTile;
   const int copy_chunk = tid % C::kChunksPerRow, copy_row0 = tid / C::kChunksPerRow;
   const uint32_t pipe_addr = smem_addr(pipe);
+  // kBulk: thread i copies K row i (i < kTile) or V row i - kTile with one bulk copy and arrives
+  // on the stage's barrier (announcing its bytes first); a row past hi is zeroed instead (a
+  // masked key's P = 0 must not meet a garbage V).
+  auto load_tile_bulk = [&](int tile, int stage) {
+    const bool is_v = tid >= kTile;
+    const int r = is_v ? tid - kTile : tid, pos = lo + tile * kTile + r;
+    const uint32_t bar = bars + 8 * stage;
+    const int dst_off = stage * C::kStageBytes + (is_v ? C::kTileBytes : 0) + r * C::kRowStride;
+    if (pos < hi) {
+      const int64_t off = kv_row_index(a.layout, table_s[(pos >> a.log2_block_size) - first_block],
+                                       pos & (block_size - 1), kvh, a.n_head_kv, block_size) * C::kRowBytes;
+      mbar_arrive_expect_tx(bar, C::kRowBytes);
+      bulk_copy_g2s(pipe_addr + dst_off, (is_v ? a.v : a.k) + off, C::kRowBytes, bar);
+    } else {
+#pragma unroll
+      for (int c = 0; c < C::kChunksPerRow; ++c) *reinterpret_cast<uint4*>(pipe + dst_off + c * 16) = make_uint4(0, 0, 0, 0);
+      mbar_arrive(bar);
+    }
+  };
   auto load_tile = [&](int tile, int stage) {
+    if constexpr (kBulk) {
+      load_tile_bulk(tile, stage);
+      return;
+    }
     const int base = lo + tile * kTile;
     const uint32_t dst0 = pipe_addr + stage * C::kStageBytes + copy_chunk * 16;
 #pragma unroll
@@ -210,7 +243,10 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 ? 1 : POLICY == kStages
   const int key_off = slice * C::kKeysPerWarp;
 
   for (int t = 0; t < n_tiles; ++t) {
-    cp_async_wait<C::kStages - 2>();
+    if constexpr (kBulk)
+      mbar_wait(bars + 8 * (t % C::kStages), uint32_t(t / C::kStages) & 1u);
+    else
+      cp_async_wait<C::kStages - 2>();
     __syncthreads();  // tile t visible to all warps; every warp is done with tile t-1's stage
     {
       const int nt = t + C::kStages - 1;
@@ -459,10 +495,10 @@ KernelShape split_kernel(const KernelArgs* args, dim3 grid, cudaStream_t stream)
   if (args != nullptr) {
     static bool configured = false;
     auto kernel = paged_decode_split_kernel<HD, FP8, MT, NMG, WARPS, POLICY, FLAGS>;
-    set_smem_once(kernel, C::kSmemBytes, configured);
-    launch_pdl(kernel, grid, C::kThreads, C::kSmemBytes, stream, *args, "paged_decode_split_kernel");
+    set_smem_once(kernel, C::smem_bytes(FLAGS), configured);
+    launch_pdl(kernel, grid, C::kThreads, C::smem_bytes(FLAGS), stream, *args, "paged_decode_split_kernel");
   }
-  return KernelShape{C::kThreads, C::kTileKeys, C::kStages, C::kSmemBytes};
+  return KernelShape{C::kThreads, C::kTileKeys, C::kStages, C::smem_bytes(FLAGS)};
 }
 
 // group -> warp roles: 4 warps: <= 16 one m-tile, <= 32 two m-tiles, <= 64 two m-groups of two;
@@ -502,6 +538,8 @@ KernelShape split_for_kernel(PagedDecodeKernel kernel, int group, const KernelAr
     case PagedDecodeKernel::FusedStagesFp8Mixed:
       return split_for_group<HD, FP8, 4, kStagesFill2, kMixed>(group, args, grid, stream);
     case PagedDecodeKernel::FusedFill3: return split_for_group<HD, FP8, 4, kStagesFill3, kF>(group, args, grid, stream);
+    case PagedDecodeKernel::FusedBulk:
+      return split_for_group<HD, FP8, 4, kStagesBase, kF | kFlagBulkCopy>(group, args, grid, stream);
     case PagedDecodeKernel::StreamK:  // launched by streamk_kernel; here only where it falls back
     case PagedDecodeKernel::kCount: break;
   }
@@ -624,6 +662,7 @@ const char* paged_decode_kernel_name(PagedDecodeKernel kernel) {
     case PagedDecodeKernel::FusedStagesFp8Mixed: return "fused_stages_fp8mixed";
     case PagedDecodeKernel::StreamK: return "streamk";
     case PagedDecodeKernel::FusedFill3: return "fused_fill3";
+    case PagedDecodeKernel::FusedBulk: return "fused_bulk";
     case PagedDecodeKernel::kCount: break;
   }
   return "unknown";

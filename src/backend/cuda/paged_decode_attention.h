@@ -49,6 +49,9 @@ namespace latentserve::cuda {
 //   FusedFill3    Fused with the stages (<= 4) that fit three CTAs per SM (bf16 hd128: 2), at most
 //                 170 registers: 12 warps per SM instead of 8 to hide each CTA's barrier waits.
 //                 Groups <= 16 (one m-tile); larger groups run Fused.
+//   FusedBulk     Fused with each K/V row copied by one TMA bulk copy (cp.async.bulk) that
+//                 completes on a per-stage mbarrier, instead of 16-byte cp.async per thread:
+//                 one row address and one copy per thread per tile instead of 8 and 16.
 // For a bf16 cache the three Fp8 variants run exactly the Fused / FusedStages kernels.
 enum class PagedDecodeKernel : int {
   Base = 0,
@@ -62,6 +65,7 @@ enum class PagedDecodeKernel : int {
   FusedStagesFp8Mixed,
   StreamK,
   FusedFill3,
+  FusedBulk,
   kCount
 };
 const char* paged_decode_kernel_name(PagedDecodeKernel kernel);

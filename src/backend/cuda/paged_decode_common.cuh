@@ -32,6 +32,7 @@ constexpr int kFlagFastPrologue = 2;  // seq_len, table and q loads in flight to
 constexpr int kFlagFused = 4;         // last CTA of a (sequence, KV head) merges; one live chunk writes out directly
 constexpr int kFlagFp8AluK = 8;       // FP8 K: integer e4m3 -> f16 (x2^-8) instead of cvt.e4m3x2
 constexpr int kFlagFp8AluV = 16;      // FP8 V: likewise
+constexpr int kFlagBulkCopy = 32;     // K/V rows by TMA bulk copies (one per row) completing on an mbarrier per stage
 // Stage-count policies (template POLICY).
 constexpr int kStagesBase = 0;   // 3 stages when a stage exceeds 20 KB, else 4 (Base)
 constexpr int kStagesFill2 = 1;  // the most stages (<= 6) that still fit two CTAs per SM
@@ -91,6 +92,9 @@ struct Config {
   static constexpr int kMlOffset = kQOffset + kRows * kQStride * 2;
   static constexpr int kTableOffset = kMlOffset + kSlices * kRows * 2 * 4;
   static constexpr int kSmemBytes = kTableOffset + kTableCap * 4;
+  // kFlagBulkCopy kernels: one mbarrier per stage after the rest
+  static constexpr int kBarOffset = (kSmemBytes + 7) / 8 * 8;
+  static constexpr int smem_bytes(int flags) { return (flags & kFlagBulkCopy) != 0 ? kBarOffset + 8 * kStages : kSmemBytes; }
 };
 
 struct KernelArgs {
@@ -162,6 +166,36 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+// mbarriers (shared memory, 8 bytes each) and TMA bulk copies (sm_90): a stage's barrier
+// completes its phase once every thread has arrived and every byte announced with expect_tx
+// has landed.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {  // the inits visible to the async proxy (the copies)
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "MBAR_WAIT:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra MBAR_WAIT;\n}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// bytes (a multiple of 16, both addresses 16-byte aligned) global -> shared, completing on bar.
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, int bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
 }
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
