@@ -36,8 +36,8 @@ if has kernels; then  # BENCH_ARGS="--block-size 16 | --block-size 64": one run 
   IFS='|' read -ra bench_arg_sets <<< "${BENCH_ARGS:- }"
   for b in ${BENCHES:-$(ls $BIN | grep "^bench_cuda_")}; do
     for i in "${!bench_arg_sets[@]}"; do
-      [ ${#bench_arg_sets[@]} -gt 1 ] && echo "== $b ${bench_arg_sets[$i]} =="
-      suffix=""; [ ${#bench_arg_sets[@]} -gt 1 ] && suffix=".$i"
+      suffix=""
+      if [ ${#bench_arg_sets[@]} -gt 1 ]; then suffix=".$i"; echo "== $b ${bench_arg_sets[$i]} =="; fi
       timeout ${BENCH_TIMEOUT:-150} $BIN/$b $QUICK_FLAG ${bench_arg_sets[$i]} --json "$OUT/$b$suffix.json" 2>&1 | tail -${BENCH_TAIL:-60}
     done
   done

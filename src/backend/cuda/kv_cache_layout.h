@@ -14,6 +14,8 @@
 // launcher calibrates it from the first values written, backend/cuda/rope_kv_write.h).
 #include <cstdint>
 
+#include "backend/cuda/kernel_error.h"
+
 namespace latentserve::cuda {
 
 enum class KvDtype { Bf16, Fp8E4M3 };
@@ -53,6 +55,14 @@ struct DeviceKvLayer {
   KvLayout layout = KvLayout::SlotMajor;
   int block_size = 0;  // tokens a block (HeadMajor needs it to find a row from a slot)
 };
+
+// The attention launchers' check (who: "paged_decode_attention: " etc.): a cache that gives its
+// block_size must agree with the block table's, whose units place every row.
+inline void check_kv_block_size(const char* who, const DeviceKvLayer& kv, int block_size) {
+  if (kv.block_size != 0 && kv.block_size != block_size)
+    kernel_fail(who, "kv.block_size (the cache's, ", kv.block_size, ") and block_size (the block table's, ", block_size,
+                ") must agree (kv.block_size 0 = not given)");
+}
 
 inline int kv_element_bytes(KvDtype dtype) { return dtype == KvDtype::Bf16 ? 2 : 1; }
 

@@ -82,9 +82,7 @@ void paged_attention_generic(const PagedPrefillParams& p, cudaStream_t stream) {
   if (p.n_seqs <= 0 || p.n_tokens < 0 || p.block_size <= 0 || p.max_blocks_per_seq <= 0)
     kernel_fail("paged_attention_generic: n_seqs, block_size and max_blocks_per_seq must be positive, found ", p.n_seqs,
                 ", ", p.block_size, ", ", p.max_blocks_per_seq);
-  if (p.kv.block_size != 0 && p.kv.block_size != p.block_size)
-    kernel_fail("paged_attention_generic: kv.block_size (the cache's, ", p.kv.block_size,
-                ") and block_size (the block table's, ", p.block_size, ") must agree (kv.block_size 0 = not given)");
+  check_kv_block_size("paged_attention_generic: ", p.kv, p.block_size);
   if (p.q_token_stride < int64_t(p.n_head) * p.head_dim)
     kernel_fail("paged_attention_generic: q_token_stride ", p.q_token_stride, " is less than n_head * head_dim = ",
                 int64_t(p.n_head) * p.head_dim);

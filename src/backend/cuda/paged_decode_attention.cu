@@ -592,9 +592,7 @@ void validate(const PagedDecodeParams& p) {
     kernel_fail(k, "n_head / n_head_kv must be <= ", kMaxGroup, ", found ", p.n_head / p.n_head_kv);
   if (p.block_size < 8 || p.block_size > 256 || (p.block_size & (p.block_size - 1)) != 0)
     kernel_fail(k, "block_size must be a power of two in [8, 256], found ", p.block_size);
-  if (p.kv.block_size != 0 && p.kv.block_size != p.block_size)
-    kernel_fail(k, "kv.block_size (the cache's, ", p.kv.block_size, ") and block_size (the block table's, ", p.block_size,
-                ") must agree (kv.block_size 0 = not given)");
+  check_kv_block_size(k, p.kv, p.block_size);
   if (p.max_seq_len_bound < 1) kernel_fail(k, "max_seq_len_bound must be >= 1, found ", p.max_seq_len_bound);
   if (p.max_blocks_per_seq < 1) kernel_fail(k, "max_blocks_per_seq must be >= 1, found ", p.max_blocks_per_seq);
   if (p.q_seq_stride < int64_t(p.n_head) * p.head_dim || p.q_seq_stride % 8 != 0)

@@ -802,9 +802,7 @@ void validate(const PagedPrefillParams& p) {
     kernel_fail(f, "max_query_len must be > 0 when there are ", p.n_tokens, " tokens, found 0");
   if (p.block_size < 8 || p.block_size > 256 || (p.block_size & (p.block_size - 1)) != 0)
     kernel_fail(f, "block_size must be a power of two in [8, 256], found ", p.block_size);
-  if (p.kv.block_size != 0 && p.kv.block_size != p.block_size)
-    kernel_fail(f, "kv.block_size (the cache's, ", p.kv.block_size, ") and block_size (the block table's, ", p.block_size,
-                ") must agree (kv.block_size 0 = not given)");
+  check_kv_block_size(f, p.kv, p.block_size);
   if (p.max_blocks_per_seq <= 0) kernel_fail(f, "max_blocks_per_seq must be > 0, found ", p.max_blocks_per_seq);
   if (!(p.softmax_scale > 0.0f) || !std::isfinite(p.softmax_scale))
     kernel_fail(f, "softmax_scale must be finite and > 0, found ", p.softmax_scale);
