@@ -6,7 +6,7 @@
 #   2. the kernel benchmarks next to PyTorch's SDPA on the same shapes,
 #   3. `latentserve bench decode --device cuda` on the Llama-3-8B shape,
 # and prints a short summary last. Logs go to $OUT. STAGES (default "test kernels peers e2e";
-# also "gemm": the GEMM table alone, "cli", "ncu", "serve": bench serve against serve --device cuda)
+# also "gemm": the GEMM table alone, "cli", "ncu", "ncu_kernel" (one kernel's sections), "serve": bench serve against serve --device cuda)
 # picks a subset; QUICK=1 runs the reduced benchmark sets; BENCH_ARGS go to every kernel bench, E2E_ARGS to bench decode
 # (e.g. "--variants fused,streamk" with BENCHES=bench_cuda_decode_attention).
 set -uo pipefail
@@ -96,6 +96,19 @@ if has ncu; then  # per-kernel GPU time of one decode step (tools/ncu_step_break
     --batch ${NCU_BATCH:-1} --context ${NCU_CONTEXT:-1024} --steps 1 --warmup 1 --json /tmp/ncu_bench.json > /tmp/ncu_run.log 2>&1
   tail -3 /tmp/ncu_run.log
   python3 tools/ncu_step_breakdown.py /tmp/ncu.csv | tee "$OUT/ncu_step.txt"
+fi
+if has ncu_kernel; then  # one kernel's Nsight Compute sections (issue, stalls, pipes) under a kernel bench
+  # NCU_BENCH="bench_cuda_decode_attention --variants fused_fill3 --batch 64 --context 4096",
+  # NCU_KERNEL: a regex on the demangled name; NCU_SKIP launches of it are skipped, one profiled
+  NCU=$(command -v ncu || find / -name ncu -type f -path '*nsight-compute*' 2>/dev/null | head -1)
+  timeout ${NCU_TIMEOUT:-240} $NCU --clock-control none --kernel-name-base demangled --kernel-name "regex:${NCU_KERNEL:-.}" \
+    --launch-skip ${NCU_SKIP:-3} --launch-count ${NCU_COUNT:-1} \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+    --section Occupancy --section MemoryWorkloadAnalysis --section InstructionStats \
+    --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active$" \
+    $BIN/$NCU_BENCH > "$OUT/ncu_kernel${NCU_TAG:-}.txt" 2>&1
+  grep -E "split_kernel|Duration|Memory Throughput|DRAM Throughput|Issue Slots Busy|Issued Warp|No Eligible|Active Warps Per|Eligible Warps|Warp Cycles Per Issued|Achieved Occupancy|Theoretical Occupancy|Executed Ipc A|stalled|L2 Hit|inst_executed_pipe" "$OUT/ncu_kernel${NCU_TAG:-}.txt" | \
+    grep -v "^==PROF==" | cut -c1-170 | head -${NCU_LINES:-80}
 fi
 echo "== summary =="
 for line in "${summary[@]}"; do echo "$line"; done

@@ -96,6 +96,10 @@ struct Case {
   bool fp8 = false;
   bool per_head_scale = true;
   uint32_t seed = 1;
+  // bf16 only: K at position p of a sequence of length L scaled by 1 + key_ramp * p / L, so the
+  // scores' spread grows along the context and the running max keeps rising, by small and by
+  // large steps (both branches of the lazy softmax)
+  float key_ramp = 0.f;
 
   std::string describe() const {
     std::ostringstream o;
@@ -137,13 +141,22 @@ class PagedProblem {
     k_.resize(n_elem);
     v_.resize(n_elem);
     if (!c_.fp8) {
+      std::vector<float> k_gain(size_t(n_blocks_) * bs, 1.f);  // per slot
+      if (c_.key_ramp != 0.f)
+        for (int s = 0; s < n_seqs; ++s)
+          for (int pos = 0; pos < c_.seq_lens[size_t(s)]; ++pos)
+            k_gain[size_t(table_[size_t(s) * max_blocks_ + pos / bs]) * bs + pos % bs] =
+                1.f + c_.key_ramp * float(pos) / float(c_.seq_lens[size_t(s)]);
       std::vector<uint16_t> kb(n_elem), vb(n_elem);
-      for (size_t i = 0; i < n_elem; ++i) {
-        kb[i] = bf16::from_f32(normal(rng)).bits;
-        vb[i] = bf16::from_f32(normal(rng)).bits;
-        k_[i] = bf16::from_bits(kb[i]).to_f32();
-        v_[i] = bf16::from_bits(vb[i]).to_f32();
-      }
+      for (size_t slot = 0; slot < size_t(n_blocks_) * bs; ++slot)
+        for (int h = 0; h < n_kv; ++h)
+          for (int d = 0; d < hd; ++d) {
+            const size_t i = row_of(slot, h) * hd + d;
+            kb[i] = bf16::from_f32(k_gain[slot] * normal(rng)).bits;
+            vb[i] = bf16::from_f32(normal(rng)).bits;
+            k_[i] = bf16::from_bits(kb[i]).to_f32();
+            v_[i] = bf16::from_bits(vb[i]).to_f32();
+          }
       k_dev_ = to_device(kb);
       v_dev_ = to_device(vb);
     } else {
@@ -386,6 +399,23 @@ TEST_P(PagedDecodeAttention, BlockSizes8To256) {
     c.block_size = bs;
     c.seq_lens = {bs - 1, bs, bs + 1, 700};
     c.seed = 40 + uint32_t(bs);
+    check_case(c, device.stream());
+  }
+}
+
+// Keys whose spread grows 9x along the context: the running max of each row rises tile after
+// tile, sometimes by less than the lazy softmax's threshold (it keeps a stale reference max and
+// p > 1) and sometimes by more (it rescales), in long chunks and across the merge.
+TEST_P(PagedDecodeAttention, RisingScoresAlongTheContext) {
+  LS_REQUIRE_GPU();
+  cuda::CudaDevice device;
+  for (auto [n_head, n_kv] : {std::pair{32, 8}, std::pair{8, 8}, std::pair{32, 1}}) {
+    Case c;
+    c.n_head = n_head;
+    c.n_head_kv = n_kv;
+    c.seq_lens = {4100, 1023, 77, 2048};
+    c.key_ramp = 8.f;
+    c.seed = 90 + uint32_t(n_kv);
     check_case(c, device.stream());
   }
 }

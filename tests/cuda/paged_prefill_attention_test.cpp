@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/paged_attention_generic.h"
 #include "backend/cuda/paged_prefill_attention.h"
 #include "backend/cuda/paged_prefill_attention_wgmma.h"
 #include "core/error.h"
@@ -535,6 +536,73 @@ TEST_P(PagedPrefillAttention, InvalidParamsThrow) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("head_dim"), std::string::npos) << "the error must name the field: " << e.what();
   }
+}
+
+// The portable kernel (paged_attention_generic.h) the model runs where the fast kernels do not
+// take the shape (head_dim other than 64 / 128), against the same f64 reference: any head_dim
+// up to 256 (odd multiples of 8 and sizes below a warp's width), ragged prefill with cached
+// prefixes, decode-only rows, GQA / MQA, windows, FP8 scales, both cache orders, padding rows.
+void run_generic_case(const Case& c, uint32_t seed) {
+  cuda::CudaDevice device;
+  const Problem p = build(c, seed);
+  DeviceProblem d(c, p);
+  cuda::paged_attention_generic(d.params, device.stream());
+  device.synchronize();
+  expect_matches(c, p, to_host<uint16_t>(d.out, size_t(p.n_tokens) * c.n_head * c.head_dim));
+}
+
+TEST(PagedAttentionGeneric, EveryHeadDimMatchesReference) {
+  LS_REQUIRE_GPU();
+  uint32_t seed = 40;
+  for (int hd : {16, 24, 40, 64, 96, 128, 256})
+    for (auto [n_head, n_kv] : {std::pair{8, 8}, std::pair{8, 2}, std::pair{6, 1}}) {
+      Case c{"generic hd" + std::to_string(hd), kRagged, n_head, n_kv, hd, hd == 96 ? 64 : 16};
+      c.padding_tokens = 3;
+      run_generic_case(c, seed++);
+    }
+}
+
+TEST(PagedAttentionGeneric, DecodeRowsWindowsFp8AndHeadMajor) {
+  LS_REQUIRE_GPU();
+  const std::vector<SeqSpec> decode = {{0, 1}, {700, 1}, {15, 1}, {64, 1}, {300, 1}};
+  run_generic_case({"generic decode hd16", decode, 4, 2, 16, 16}, 60);
+  run_generic_case({"generic long prefill", {{0, 700}, {1000, 300}}, 4, 1, 32, 32}, 61);
+  run_generic_case({"generic window 48", kRagged, 8, 2, 16, 16, 48}, 62);
+  run_generic_case({"generic window 1", {{0, 130}, {5, 17}}, 4, 4, 24, 8, 1}, 63);
+  run_generic_case({"generic fp8 per-head", kRagged, 8, 2, 16, 16, 0, KvKind::Fp8PerHead}, 64);
+  run_generic_case({"generic fp8 per-tensor hd96", kRagged, 6, 3, 96, 64, 0, KvKind::Fp8PerTensor}, 65);
+  Case hm{"generic head-major", kRagged, 8, 2, 16, 32};
+  hm.head_major = true;
+  run_generic_case(hm, 66);
+  Case hm8{"generic head-major fp8 bs256", {{0, 389}, {517, 211}}, 4, 2, 40, 256, 0, KvKind::Fp8PerHead};
+  hm8.head_major = true;
+  run_generic_case(hm8, 67);
+}
+
+TEST(PagedAttentionGeneric, InvalidParamsNameTheField) {
+  LS_REQUIRE_GPU();
+  cuda::CudaDevice device;
+  const Case c{"generic bad", {{0, 5}}, 4, 2, 16, 16};
+  const Problem p = build(c, 70);
+  DeviceProblem d(c, p);
+  auto expect_names = [&](const char* field, auto mutate) {
+    cuda::PagedPrefillParams bad = d.params;
+    mutate(bad);
+    try {
+      cuda::paged_attention_generic(bad, device.stream());
+      ADD_FAILURE() << "no error for a bad " << field;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << "the error must name " << field << ": " << e.what();
+    }
+  };
+  expect_names("head_dim", [](auto& b) { b.head_dim = 258; });
+  expect_names("n_head_kv", [](auto& b) { b.n_head_kv = 3; });
+  expect_names("q_token_stride", [](auto& b) { b.q_token_stride = 8; });
+  expect_names("null", [](auto& b) { b.kv.k = nullptr; });
+  expect_names("k_scale", [](auto& b) {
+    b.kv.dtype = cuda::KvDtype::Fp8E4M3;
+    b.kv.k_scale = b.kv.v_scale = nullptr;
+  });
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 ? 1 : POLICY == kStages
   constexpr bool kAluK = FP8 && (FLAGS & kFlagFp8AluK) != 0;
   constexpr bool kAluV = FP8 && (FLAGS & kFlagFp8AluV) != 0;
   constexpr bool kBulk = (FLAGS & kFlagBulkCopy) != 0;
+  constexpr bool kLazy = (FLAGS & kFlagLazyRescale) != 0;
   static_assert(!kBulk || kThreadsC == 2 * kTile, "bulk copies: one K or V row of a tile per thread");
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* pipe = smem;                                             // [stages][K|V][tile][row stride]
@@ -256,7 +257,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 ? 1 : POLICY == kStages
     const uint32_t k_st = pipe_addr + (t % C::kStages) * C::kStageBytes;
     const uint32_t v_st = k_st + C::kTileBytes;
 
-    attend_tile<C, FP8, MT, kAluK, kAluV>(k_st, v_st, key_off, lo + t * kTile, hi, score_scale, q_frag, acc, m_run, l_run);
+    attend_tile<C, FP8, MT, kAluK, kAluV, kLazy>(k_st, v_st, key_off, lo + t * kTile, hi, score_scale, q_frag, acc, m_run, l_run);
   }
 
   // ---- epilogue: combine the key slices in shared memory, write this chunk's partial ----
@@ -540,6 +541,10 @@ KernelShape split_for_kernel(PagedDecodeKernel kernel, int group, const KernelAr
     case PagedDecodeKernel::FusedFill3: return split_for_group<HD, FP8, 4, kStagesFill3, kF>(group, args, grid, stream);
     case PagedDecodeKernel::FusedBulk:
       return split_for_group<HD, FP8, 4, kStagesBase, kF | kFlagBulkCopy>(group, args, grid, stream);
+    case PagedDecodeKernel::FusedLazy:
+      return split_for_group<HD, FP8, 4, kStagesBase, kF | kFlagLazyRescale>(group, args, grid, stream);
+    case PagedDecodeKernel::FusedFill3Lazy:
+      return split_for_group<HD, FP8, 4, kStagesFill3, kF | kFlagLazyRescale>(group, args, grid, stream);
     case PagedDecodeKernel::StreamK:  // launched by streamk_kernel; here only where it falls back
     case PagedDecodeKernel::kCount: break;
   }
@@ -661,6 +666,8 @@ const char* paged_decode_kernel_name(PagedDecodeKernel kernel) {
     case PagedDecodeKernel::StreamK: return "streamk";
     case PagedDecodeKernel::FusedFill3: return "fused_fill3";
     case PagedDecodeKernel::FusedBulk: return "fused_bulk";
+    case PagedDecodeKernel::FusedLazy: return "fused_lazy";
+    case PagedDecodeKernel::FusedFill3Lazy: return "fused_fill3_lazy";
     case PagedDecodeKernel::kCount: break;
   }
   return "unknown";

@@ -52,6 +52,10 @@ namespace latentserve::cuda {
 //   FusedBulk     Fused with each K/V row copied by one TMA bulk copy (cp.async.bulk) that
 //                 completes on a per-stage mbarrier, instead of 16-byte cp.async per thread:
 //                 one row address and one copy per thread per tile instead of 8 and 16.
+//   FusedLazy     Fused with a lazy online softmax: a row's running max moves only when a tile's
+//                 max exceeds it by more than 8 (log2 units; p <= 256), and a warp whose rows all
+//                 kept theirs skips rescaling its accumulators (FlashAttention-4's trick)
+//   FusedFill3Lazy  FusedFill3 with the same lazy softmax
 // For a bf16 cache the three Fp8 variants run exactly the Fused / FusedStages kernels.
 enum class PagedDecodeKernel : int {
   Base = 0,
@@ -66,6 +70,8 @@ enum class PagedDecodeKernel : int {
   StreamK,
   FusedFill3,
   FusedBulk,
+  FusedLazy,
+  FusedFill3Lazy,
   kCount
 };
 const char* paged_decode_kernel_name(PagedDecodeKernel kernel);

@@ -33,6 +33,7 @@ constexpr int kFlagFused = 4;         // last CTA of a (sequence, KV head) merge
 constexpr int kFlagFp8AluK = 8;       // FP8 K: integer e4m3 -> f16 (x2^-8) instead of cvt.e4m3x2
 constexpr int kFlagFp8AluV = 16;      // FP8 V: likewise
 constexpr int kFlagBulkCopy = 32;     // K/V rows by TMA bulk copies (one per row) completing on an mbarrier per stage
+constexpr int kFlagLazyRescale = 64;  // attend_tile's kLazy: the running max moves only by > 2^8, else no acc rescale
 // Stage-count policies (template POLICY).
 constexpr int kStagesBase = 0;   // 3 stages when a stage exceeds 20 KB, else 4 (Base)
 constexpr int kStagesFill2 = 1;  // the most stages (<= 6) that still fit two CTAs per SM
@@ -235,6 +236,8 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
 // scales): the e4m3 sign goes to bit 15 and its 7 exponent+mantissa bits to bits 13..7 of each
 // f16 half (exponent bias 7 -> 15 is the 2^-8). Odd: bytes 1 and 3 of u; even: bytes 0 and 2.
 constexpr float kFp8AluScale = 256.f;
+// kLazy tiles: how far (log2 units) a tile's max may exceed the reference max before it moves.
+constexpr float kLazyRescaleLog2 = 8.f;
 __device__ __forceinline__ uint32_t e4m3_odd_bytes_to_f16x2(uint32_t u) {
   return (u & 0x80008000u) | ((u & 0x7F007F00u) >> 1);
 }
@@ -286,7 +289,11 @@ __device__ __forceinline__ int acc_dim(int n, int col) {
 // S = q K^T (q_frag(qa, mt, kk) supplies q's A fragments), keys at positions >= hi masked, the
 // online softmax (m_run, l_run in log2 units; l_run per thread, summed over the quad at the end)
 // and acc += P V. [MT*16 query rows, kKeysPerWarp keys] per warp.
-template <class C, bool FP8, int MT, bool kAluK, bool kAluV, class QFrag>
+// kLazy: a row's reference max moves only when the tile's max exceeds it by more than
+// kLazyRescaleLog2 (so p <= 2^8, far inside bf16 / f16 range), and a warp whose rows all kept
+// theirs skips the acc rescale (64 FMULs per thread per m-tile at head_dim 128). The result is
+// the same softmax: acc, l and the max stay consistent; only p's scale before rounding differs.
+template <class C, bool FP8, int MT, bool kAluK, bool kAluV, bool kLazy, class QFrag>
 __device__ __forceinline__ void attend_tile(uint32_t k_st, uint32_t v_st, int key_off, int tile_base, int hi,
                                             float score_scale, const QFrag& q_frag, float (&acc)[MT][C::kDN][4],
                                             float (&m_run)[MT][2], float (&l_run)[MT][2]) {
@@ -351,6 +358,8 @@ __device__ __forceinline__ void attend_tile(uint32_t k_st, uint32_t v_st, int ke
         if (partial_tile && tile_base + key_off + n * 8 + 2 * c4 + (i & 1) >= hi) x = -INFINITY;
         sfr[mt][n][i] = x;
       }
+    float alpha[2];
+    bool moved = false;  // kLazy: did either of this thread's rows move its reference max?
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
@@ -358,9 +367,13 @@ __device__ __forceinline__ void attend_tile(uint32_t k_st, uint32_t v_st, int ke
       for (int n = 0; n < C::kSN; ++n) mx = fmaxf(mx, fmaxf(sfr[mt][n][2 * r], sfr[mt][n][2 * r + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[mt][r], mx);
+      const float m_old = m_run[mt][r];
+      // lazy: -inf + threshold is -inf, so the first tile with a live key always sets the max
+      const bool move = kLazy ? mx > m_old + kLazyRescaleLog2 : true;
+      const float m_new = move ? fmaxf(m_old, mx) : m_old;
       const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no keys yet: avoid (-inf) - (-inf)
-      const float alpha = fast_exp2(m_run[mt][r] - m_use);
+      alpha[r] = move ? fast_exp2(m_old - m_use) : 1.f;
+      moved = moved || move;
       m_run[mt][r] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -370,11 +383,15 @@ __device__ __forceinline__ void attend_tile(uint32_t k_st, uint32_t v_st, int ke
         sfr[mt][n][2 * r + 1] = p1;
         sum += p0 + p1;
       }
-      l_run[mt][r] = l_run[mt][r] * alpha + sum;  // per-thread partial; the quad sums it at the end
+      l_run[mt][r] = l_run[mt][r] * alpha[r] + sum;  // per-thread partial; the quad sums it at the end
+    }
+    if (!kLazy || __any_sync(0xffffffffu, moved)) {  // warp-uniform branch
 #pragma unroll
       for (int n = 0; n < C::kDN; ++n) {
-        acc[mt][n][2 * r] *= alpha;
-        acc[mt][n][2 * r + 1] *= alpha;
+        acc[mt][n][0] *= alpha[0];
+        acc[mt][n][1] *= alpha[0];
+        acc[mt][n][2] *= alpha[1];
+        acc[mt][n][3] *= alpha[1];
       }
     }
   }

@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kStreamKWarps * 32, 2) paged_decode_streamk_ke
       load_q(q_next, next);
     }
     const uint32_t k_st = pipe_addr + (t % kStages) * C::kStageBytes;
-    attend_tile<C, FP8, 1, false, false>(k_st, k_st + C::kTileBytes, key_off, cc.lo + cc.j * kTile, cc.hi,
+    attend_tile<C, FP8, 1, false, false, false>(k_st, k_st + C::kTileBytes, key_off, cc.lo + cc.j * kTile, cc.hi,
                                          score_scale, q_frag, acc, m_run, l_run);
     if (!seg_end) {
       ++cc.j;
