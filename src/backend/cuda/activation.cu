@@ -9,7 +9,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 // One thread per 8 outputs: a 16-byte word of gate, one of up, one of out.
 __global__ void __launch_bounds__(kThreads) silu_mul_vec_kernel(const uint4* gate_up, uint4* out, int64_t n_units,

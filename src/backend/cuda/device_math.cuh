@@ -24,6 +24,9 @@ __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddep
 
 __device__ __forceinline__ float bf16_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+// SwiGLU's product in f32: silu(g) * u (activation.h; the gemv's fused epilogue, gemv.h).
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 // e4m3fn byte -> f32 (hardware conversion on sm_89+).
 __device__ __forceinline__ float fp8_e4m3_to_f32(unsigned char code) {
   __nv_fp8_e4m3 v;

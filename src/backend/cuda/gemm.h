@@ -42,6 +42,7 @@ class Gemm {
   // it. Decode steps are these shapes.
   void set_gemv_max_rows(int rows) { gemv_max_rows_ = rows; }
   void set_gemv_config(GemvConfig config) { gemv_config_ = config; }
+  GemvConfig gemv_config() const { return gemv_config_; }
   // Autotune: a new shape times cuBLASLt's top heuristic candidates and the gemv kernel (where
   // it applies) on the real operands, from a flushed L2 (outside graph capture), and keeps the
   // fastest, instead of cuBLASLt's first.

@@ -1,5 +1,7 @@
 #include "backend/cuda/gemv.h"
 
+#include <type_traits>
+
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernel_error.h"
 #include "backend/cuda/pdl_launch.cuh"
@@ -19,8 +21,17 @@ __device__ __forceinline__ void bf16x8_to_f32(const uint4& v, float out[8]) {
   }
 }
 
-// grid: ceil(n / (kWarps * kRowsPerWarp)); warp w of CTA b owns rows [(b * kWarps + w) * 4, +4).
-// Lane l reads 16-byte chunks l, l + 32, ... of each row (k / 8 chunks per row).
+__device__ __forceinline__ uint4 f32x8_to_bf16(const float in[8]) {
+  uint4 v;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
+  return v;
+}
+
+// grid: ceil(outputs / (kWarps * rows per warp)); warp w of CTA b owns kRowsPerWarp rows of w
+// from (b * kWarps + w) * kRowsPerWarp (SwiGLU: half of them from each half of w). Lane l reads
+// 16-byte chunks l, l + 32, ... of each row (k / 8 chunks per row).
 template <typename OutT>
 __device__ __forceinline__ OutT from_f32(float v);
 template <>
@@ -28,12 +39,26 @@ __device__ __forceinline__ float from_f32<float>(float v) { return v; }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
 
-template <int M, int kRowsPerWarp, int kUnroll, typename OutT>
+// What the kernel does around the product (GemvFusion in gemv.h).
+constexpr int kOutStore = 0, kOutAddToResidual = 1, kOutSwiGlu = 2;
+
+template <int M, int kRowsPerWarp, int kUnroll, typename OutT, bool kNormIn, int kOut>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w,
                                                            OutT* __restrict__ y, const __nv_bfloat16* bias,
-                                                           int n, int k_chunks) {
+                                                           int n, int k_chunks, GemvFusion f) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int row0 = (blockIdx.x * kWarps + warp) * kRowsPerWarp;
+  const int warp_id = blockIdx.x * kWarps + warp;
+  // The weight rows this warp works on. SwiGLU: kRowsPerWarp / 2 columns of the activation,
+  // their gate rows then their up rows (n / 2 apart), so the epilogue has both halves.
+  constexpr int kHalf = kOut == kOutSwiGlu ? kRowsPerWarp / 2 : kRowsPerWarp;
+  const int n_out = kOut == kOutSwiGlu ? n / 2 : n;  // outputs per row of x
+  const int col0 = warp_id * kHalf;                  // this warp's first output
+  int wrow[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int col = min(col0 + r % kHalf, n_out - 1);  // past the end: read the last row, store nothing
+    wrow[r] = kOut == kOutSwiGlu && r >= kHalf ? n_out + col : col;
+  }
   float acc[kRowsPerWarp][M];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r)
@@ -41,7 +66,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
     for (int i = 0; i < M; ++i) acc[r][i] = 0.0f;
   const uint4* wr[kRowsPerWarp];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) wr[r] = w + int64_t(min(row0 + r, n - 1)) * k_chunks;  // rows past n: read row n-1, not stored
+  for (int r = 0; r < kRowsPerWarp; ++r) wr[r] = w + int64_t(wrow[r]) * k_chunks;
 
   // The first weight loads go out before waiting on the kernel that produces x (programmatic
   // dependent launch): the weights do not depend on it, so their latency hides under its tail.
@@ -51,10 +76,19 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const int c = lane + u * 32;
-      wv[u][r] = (row0 < n && c < k_chunks) ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
+      wv[u][r] = (col0 < n_out && c < k_chunks) ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
     }
   wait_for_previous_kernel();
-  if (row0 >= n) return;
+
+  // RMSNorm in front, folded into the product: y = (1 / rms) * sum_k w_k (r_k g_k), with
+  // r the f32 residual row and g the norm weight; each warp reads the whole row of r anyway,
+  // so it also sums r^2 on the way and scales at the end (no prologue, no barrier).
+  const float4* res = reinterpret_cast<const float4*>(f.norm_residual);
+  const uint4* nw = static_cast<const uint4*>(f.norm_weight);
+  float sum_sq[M];
+#pragma unroll
+  for (int i = 0; i < M; ++i) sum_sq[i] = 0.0f;
+  if (col0 >= n_out) return;
 
   for (int c0 = lane; c0 < k_chunks; c0 += 32 * kUnroll) {
     if (c0 != lane) {
@@ -70,10 +104,22 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * 32;
       if (c >= k_chunks) break;
+      float g[8];
+      if constexpr (kNormIn) bf16x8_to_f32(__ldg(nw + c), g);
 #pragma unroll
       for (int i = 0; i < M; ++i) {
         float xf[8];
-        bf16x8_to_f32(__ldg(x + int64_t(i) * k_chunks + c), xf);
+        if constexpr (kNormIn) {
+          const float4 a = __ldg(res + (int64_t(i) * k_chunks + c) * 2), b = __ldg(res + (int64_t(i) * k_chunks + c) * 2 + 1);
+          const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            sum_sq[i] = fmaf(v[e], v[e], sum_sq[i]);
+            xf[e] = v[e] * g[e];
+          }
+        } else {
+          bf16x8_to_f32(__ldg(x + int64_t(i) * k_chunks + c), xf);
+        }
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r) {
           float wf[8];
@@ -91,47 +137,91 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
   for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
     for (int i = 0; i < M; ++i) acc[r][i] = warp_sum(acc[r][i]);
-  if (lane == 0) {
+  if constexpr (kNormIn) {
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int row = row0 + r;
-      if (row >= n) break;
-      const float b = bias ? bf16_to_f32(bias[row]) : 0.0f;
+    for (int i = 0; i < M; ++i) {
+      const float inv_rms = rsqrtf(warp_sum(sum_sq[i]) / float(k_chunks * 8) + f.norm_eps);
 #pragma unroll
-      for (int i = 0; i < M; ++i) y[int64_t(i) * n + row] = from_f32<OutT>(acc[r][i] + b);
+      for (int r = 0; r < kRowsPerWarp; ++r) acc[r][i] *= inv_rms;
+    }
+  }
+  if (lane != 0) return;
+  // Each output as the unfused kernels would round it: y = OutT(acc + bias) first.
+  const auto biased = [&](int r, int i) { return acc[r][i] + (bias ? bf16_to_f32(bias[wrow[r]]) : 0.0f); };
+#pragma unroll
+  for (int r = 0; r < kHalf; ++r) {
+    const int col = col0 + r;
+    if (col >= n_out) break;
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      if constexpr (kOut == kOutStore) {
+        y[int64_t(i) * n + col] = from_f32<OutT>(biased(r, i));
+      } else if constexpr (kOut == kOutAddToResidual) {
+        f.add_to_residual[int64_t(i) * n + col] += bf16_to_f32(__float2bfloat16(biased(r, i)));
+      } else {
+        const float g = bf16_to_f32(__float2bfloat16(biased(r, i)));
+        const float u = bf16_to_f32(__float2bfloat16(biased(r + kHalf, i)));
+        y[int64_t(i) * n_out + col] = from_f32<OutT>(silu_times(g, u));
+      }
     }
   }
 }
 
-template <int M, int R, int U, typename OutT>
-void launch_one(const void* x, const void* w, void* y, int n, int k, const void* bias, cudaStream_t s) {
-  const int rows_per_cta = kWarps * R;
-  launch_pdl(gemv_kernel<M, R, U, OutT>, dim3(unsigned((n + rows_per_cta - 1) / rows_per_cta)), dim3(kWarps * 32), 0, s,
+// The kernels a launch can pick: the plain product (bf16 or f32 out), and the three fusions of
+// the decode step (bf16 out).
+enum class Mode { Plain, NormStore, AddToResidual, NormSwiGlu };
+
+template <int M, int R, int U, typename OutT, bool kNormIn, int kOut>
+void launch_one(const void* x, const void* w, void* y, int n, int k, const void* bias, const GemvFusion& f,
+                cudaStream_t s) {
+  auto kernel = gemv_kernel<M, R, U, OutT, kNormIn, kOut>;
+  const int outputs_per_cta = kWarps * (kOut == kOutSwiGlu ? R / 2 : R);
+  const int outputs = kOut == kOutSwiGlu ? n / 2 : n;
+  launch_pdl(kernel, dim3(unsigned((outputs + outputs_per_cta - 1) / outputs_per_cta)), dim3(kWarps * 32), 0, s,
              static_cast<const uint4*>(x), static_cast<const uint4*>(w), static_cast<OutT*>(y),
-             static_cast<const __nv_bfloat16*>(bias), n, k / 8);
+             static_cast<const __nv_bfloat16*>(bias), n, k / 8, f);
+}
+
+template <int M, int R, int U, typename OutT>
+void launch_mode(Mode mode, const void* x, const void* w, void* y, int n, int k, const void* bias, const GemvFusion& f,
+                 cudaStream_t s) {
+  if constexpr (std::is_same_v<OutT, float>) {
+    launch_one<M, R, U, float, false, kOutStore>(x, w, y, n, k, bias, f, s);  // the fusions write bf16 (checked)
+  } else {
+    switch (mode) {
+      case Mode::Plain: launch_one<M, R, U, OutT, false, kOutStore>(x, w, y, n, k, bias, f, s); break;
+      case Mode::NormStore: launch_one<M, R, U, OutT, true, kOutStore>(x, w, y, n, k, bias, f, s); break;
+      case Mode::AddToResidual: launch_one<M, R, U, OutT, false, kOutAddToResidual>(x, w, y, n, k, bias, f, s); break;
+      case Mode::NormSwiGlu:
+        if constexpr (R % 2 == 0) launch_one<M, R, U, OutT, true, kOutSwiGlu>(x, w, y, n, k, bias, f, s);
+        break;  // odd R: refused before the launch
+    }
+  }
 }
 
 template <int M, typename OutT>
-void launch_config(GemvConfig config, const void* x, const void* w, void* y, int n, int k, const void* bias,
-                   cudaStream_t s) {
+void launch_config(GemvConfig config, Mode mode, const void* x, const void* w, void* y, int n, int k, const void* bias,
+                   const GemvFusion& f, cudaStream_t s) {
   switch (config) {
-    case GemvConfig::Rows4Unroll4: launch_one<M, 4, 4, OutT>(x, w, y, n, k, bias, s); break;
-    case GemvConfig::Rows4Unroll8: launch_one<M, 4, 8, OutT>(x, w, y, n, k, bias, s); break;
-    case GemvConfig::Rows2Unroll8: launch_one<M, 2, 8, OutT>(x, w, y, n, k, bias, s); break;
-    case GemvConfig::Rows1Unroll8: launch_one<M, 1, 8, OutT>(x, w, y, n, k, bias, s); break;
+    case GemvConfig::Rows4Unroll4: launch_mode<M, 4, 4, OutT>(mode, x, w, y, n, k, bias, f, s); break;
+    case GemvConfig::Rows4Unroll8: launch_mode<M, 4, 8, OutT>(mode, x, w, y, n, k, bias, f, s); break;
+    case GemvConfig::Rows2Unroll8: launch_mode<M, 2, 8, OutT>(mode, x, w, y, n, k, bias, f, s); break;
+    case GemvConfig::Rows1Unroll8: launch_mode<M, 1, 8, OutT>(mode, x, w, y, n, k, bias, f, s); break;
   }
 }
 
 template <typename OutT>
-void launch(GemvConfig config, const void* x, const void* w, void* y, int64_t m, int n, int k, const void* bias,
-            cudaStream_t s) {
+void launch(GemvConfig config, Mode mode, const void* x, const void* w, void* y, int64_t m, int n, int k,
+            const void* bias, const GemvFusion& f, cudaStream_t s) {
   switch (m) {
-    case 1: launch_config<1, OutT>(config, x, w, y, n, k, bias, s); break;
-    case 2: launch_config<2, OutT>(config, x, w, y, n, k, bias, s); break;
-    case 3: launch_config<3, OutT>(config, x, w, y, n, k, bias, s); break;
-    default: launch_config<4, OutT>(config, x, w, y, n, k, bias, s); break;
+    case 1: launch_config<1, OutT>(config, mode, x, w, y, n, k, bias, f, s); break;
+    case 2: launch_config<2, OutT>(config, mode, x, w, y, n, k, bias, f, s); break;
+    case 3: launch_config<3, OutT>(config, mode, x, w, y, n, k, bias, f, s); break;
+    default: launch_config<4, OutT>(config, mode, x, w, y, n, k, bias, f, s); break;
   }
 }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
@@ -145,9 +235,18 @@ const char* gemv_config_name(GemvConfig config) {
   return "?";
 }
 
+int gemv_config_rows(GemvConfig config) {
+  switch (config) {
+    case GemvConfig::Rows4Unroll4:
+    case GemvConfig::Rows4Unroll8: return 4;
+    case GemvConfig::Rows2Unroll8: return 2;
+    case GemvConfig::Rows1Unroll8: return 1;
+  }
+  return 1;
+}
+
 bool gemv_supported(const void* x, const void* w, const void* y, int64_t m, int64_t k) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return m >= 1 && m <= kGemvMaxRows && k % 8 == 0 && k > 0 && aligned(x) && aligned(w) && aligned(y);
+  return m >= 1 && m <= kGemvMaxRows && k % 8 == 0 && k > 0 && aligned16(x) && aligned16(w) && aligned16(y);
 }
 
 void gemv_bf16(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, bool y_f32, const void* bias,
@@ -158,10 +257,47 @@ void gemv_bf16(const void* x, const void* w, void* y, int64_t m, int64_t n, int6
                 ", k ", k);
   if (n <= 0 || n > (int64_t(1) << 30) || k > (int64_t(1) << 30)) kernel_fail("gemv_bf16: n must be in [1, 2^30], found ", n);
   if (y_f32)
-    launch<float>(config, x, w, y, m, int(n), int(k), bias, s);
+    launch<float>(config, Mode::Plain, x, w, y, m, int(n), int(k), bias, GemvFusion{}, s);
   else
-    launch<__nv_bfloat16>(config, x, w, y, m, int(n), int(k), bias, s);
+    launch<__nv_bfloat16>(config, Mode::Plain, x, w, y, m, int(n), int(k), bias, GemvFusion{}, s);
   LS_CUDA_CHECK_LAUNCH("gemv_kernel");
+}
+
+void gemv_bf16_fused(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, const void* bias,
+                     const GemvFusion& f, cudaStream_t s, GemvConfig config) {
+  const bool norm = f.norm_residual != nullptr, add = f.add_to_residual != nullptr;
+  if (!w) kernel_fail("gemv_bf16_fused: w is null (expected a device pointer to bf16 [n, k])");
+  if (m < 1 || m > kGemvMaxRows) kernel_fail("gemv_bf16_fused: m must be in [1, ", kGemvMaxRows, "], found ", m);
+  if (k <= 0 || k % 8 != 0) kernel_fail("gemv_bf16_fused: k must be a positive multiple of 8, found ", k);
+  if (n <= 0 || n > (int64_t(1) << 30)) kernel_fail("gemv_bf16_fused: n must be in [1, 2^30], found ", n);
+  if (!aligned16(w) || (x && !aligned16(x)) || (y && !aligned16(y)))
+    kernel_fail("gemv_bf16_fused: x, w and y must be 16-byte aligned");
+  Mode mode;
+  if (norm && f.swiglu && !add) {
+    mode = Mode::NormSwiGlu;
+    if (n % 2 != 0) kernel_fail("gemv_bf16_fused: SwiGLU needs [gate | up] rows (n even), found n ", n);
+    if (gemv_config_rows(config) % 2 != 0)
+      kernel_fail("gemv_bf16_fused: SwiGLU pairs gate and up rows in a warp; configuration ", gemv_config_name(config),
+                  " has ", gemv_config_rows(config), " row per warp");
+  } else if (norm && !f.swiglu && !add) {
+    mode = Mode::NormStore;
+  } else if (add && !norm && !f.swiglu) {
+    mode = Mode::AddToResidual;
+  } else {
+    kernel_fail("gemv_bf16_fused: takes norm -> store, norm -> SwiGLU or add-to-residual; found norm_residual ",
+                norm ? "set" : "null", ", swiglu ", f.swiglu, ", add_to_residual ", add ? "set" : "null");
+  }
+  if (norm) {
+    if (!f.norm_weight) kernel_fail("gemv_bf16_fused: norm_weight is null (expected bf16 [k] beside norm_residual)");
+    if (!aligned16(f.norm_residual) || !aligned16(f.norm_weight))
+      kernel_fail("gemv_bf16_fused: norm_residual and norm_weight must be 16-byte aligned");
+    if (!(f.norm_eps >= 0.0f)) kernel_fail("gemv_bf16_fused: norm_eps must be >= 0, found ", f.norm_eps);
+  } else if (!x) {
+    kernel_fail("gemv_bf16_fused: x is null (expected a device pointer to bf16 [m, k] when nothing is normed in front)");
+  }
+  if (!add && !y) kernel_fail("gemv_bf16_fused: y is null (expected a device pointer to bf16 output)");
+  launch<__nv_bfloat16>(config, mode, x, w, y, m, int(n), int(k), bias, f, s);
+  LS_CUDA_CHECK_LAUNCH("gemv_kernel (fused)");
 }
 
 }  // namespace latentserve::cuda

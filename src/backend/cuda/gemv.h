@@ -18,6 +18,7 @@ enum class GemvConfig { Rows4Unroll4, Rows4Unroll8, Rows2Unroll8, Rows1Unroll8 }
 inline constexpr GemvConfig kGemvConfigs[] = {GemvConfig::Rows4Unroll4, GemvConfig::Rows4Unroll8,
                                               GemvConfig::Rows2Unroll8, GemvConfig::Rows1Unroll8};
 const char* gemv_config_name(GemvConfig config);
+int gemv_config_rows(GemvConfig config);  // rows of w per warp: 4, 2 or 1
 
 // Whether gemv_bf16 takes this shape and these pointers.
 bool gemv_supported(const void* x, const void* w, const void* y, int64_t m, int64_t k);
@@ -25,5 +26,27 @@ bool gemv_supported(const void* x, const void* w, const void* y, int64_t m, int6
 // kernel before it (which should execute griddepcontrol.launch_dependents early).
 void gemv_bf16(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, bool y_f32, const void* bias,
                cudaStream_t s, GemvConfig config = GemvConfig::Rows4Unroll8);
+
+// The decode step's kernels around a gemv, fused into it (a batch-1 step is a chain of short
+// kernels, and each boundary can leave HBM idle for a few microseconds):
+// - norm in front (norm_residual set; x is not read): RMSNorm folded into the product,
+//   y = (1 / rms(r)) * sum_k w_k (r_k g_k) with rms(r) = sqrt(mean(r^2) + eps) over the f32
+//   residual row r and g = norm_weight. Unlike norm.h's rms_norm followed by the gemv, the
+//   normed row is not rounded to bf16 (it never exists): closer to the f32 maths, not bit-equal;
+// - then one of: y[m, n] = bf16(product + b) (store); with swiglu, w's rows are [gate | up]
+//   (n even) and y[m, n / 2] = bf16(silu(bf16(gate)) * bf16(up)), as activation.h's silu_mul
+//   of the stored product rounds;
+// - or, without a norm, add_to_residual[m, n] (f32) += bf16(x w^T + b), as add_rms_norm adds a
+//   stored delta (y is not written): bit-equal to the gemv followed by that add.
+struct GemvFusion {
+  const float* norm_residual = nullptr;  // f32 [m, k]
+  const void* norm_weight = nullptr;     // bf16 [k]
+  float norm_eps = 0.0f;
+  bool swiglu = false;
+  float* add_to_residual = nullptr;  // f32 [m, n]
+};
+// SwiGLU needs a configuration with an even number of rows per warp (not r1u8).
+void gemv_bf16_fused(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, const void* bias,
+                     const GemvFusion& fusion, cudaStream_t s, GemvConfig config = GemvConfig::Rows4Unroll4);
 
 }  // namespace latentserve::cuda

@@ -89,6 +89,12 @@ class CudaLlamaModel final : public CausalLM {
         fail("LATENTSERVE_CUDA_GEMV_CONFIG='{}' names no gemv configuration (r4u4, r4u8, r2u8, r1u8)", name);
       gemm_->set_gemv_config(*found);
     }
+    // Steps of up to this many rows run the fused gemv chain (record_fused_gemv; 0 = never).
+    if (const char* rows = std::getenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS")) {
+      fused_gemv_rows_ = std::atoi(rows);
+      if (fused_gemv_rows_ < 0 || fused_gemv_rows_ > cuda::kGemvMaxRows)
+        fail("LATENTSERVE_CUDA_FUSED_GEMV_ROWS={} must be in [0, {}]", rows, cuda::kGemvMaxRows);
+    }
     // Decode-attention kernel for every decode step instead of the model's choice below.
     if (const char* name = std::getenv("LATENTSERVE_CUDA_DECODE_KERNEL")) {
       for (int k = 0; k < int(cuda::PagedDecodeKernel::kCount); ++k)
@@ -334,6 +340,7 @@ class CudaLlamaModel final : public CausalLM {
 
   // Every kernel of one step, on stream_ (eager, or into a graph being captured).
   void record(const cuda::StepShape& shape, cuda::CudaKvCache& kv) {
+    if (fused_gemv_fits(shape.n_tokens)) return record_fused_gemv(shape, kv);
     const ModelConfig& c = config_;
     const int T = int(shape.n_tokens), H = int(c.hidden_size), I = int(c.intermediate_size), nh = int(c.n_head),
               nkv = int(c.n_head_kv), hd = int(c.head_dim);
@@ -364,6 +371,60 @@ class CudaLlamaModel final : public CausalLM {
     }
     // Final norm over every row (cheap), then the LM head on the rows that need logits.
     cuda::add_rms_norm(b.residual(), b.delta(), final_norm_.data(), b.x(), T, H, eps, stream_);
+    const int n_out = int(shape.n_out);
+    cuda::gather_rows(b.x(), b.logits_indices(), b.last(), n_out, H, stream_);
+    gemm_->bf16(b.last(), lm_head(), b.logits(), n_out, c.vocab_size, H, true, nullptr, stream_);
+    cuda::argmax_rows(b.logits(), n_out, int(c.vocab_size), b.next_tokens(), stream_);
+  }
+
+  // A step of a few rows (batch-1 decode) as a chain of fused gemv kernels (gemv.h): each layer
+  // is q|k|v with the input norm in front, RoPE + K/V write, attention, o adding into the
+  // residual, gate|up with the post-attention norm in front and SwiGLU behind, down adding into
+  // the residual: 6 kernels a layer instead of 9. record()'s arithmetic, except that the normed
+  // rows are not rounded to bf16 before the q|k|v and gate|up products (gemv.h).
+  bool fused_gemv_fits(int64_t n_tokens) const {
+    const ModelConfig& c = config_;
+    return n_tokens >= 1 && n_tokens <= fused_gemv_rows_ && c.hidden_size % 8 == 0 && c.intermediate_size % 8 == 0 &&
+           (c.n_head * c.head_dim) % 8 == 0;
+  }
+  void record_fused_gemv(const cuda::StepShape& shape, cuda::CudaKvCache& kv) {
+    const ModelConfig& c = config_;
+    const int T = int(shape.n_tokens), H = int(c.hidden_size), I = int(c.intermediate_size), nh = int(c.n_head),
+              nkv = int(c.n_head_kv), hd = int(c.head_dim);
+    const int n_qkv = (nh + 2 * nkv) * hd;
+    const float eps = float(c.rms_norm_eps);
+    // SwiGLU pairs gate and up rows in a warp: a one-row configuration takes two rows there.
+    const cuda::GemvConfig config = gemm_->gemv_config();
+    const cuda::GemvConfig swiglu_config =
+        cuda::gemv_config_rows(config) % 2 == 0 ? config : cuda::GemvConfig::Rows2Unroll8;
+    cuda::StepBuffers& b = buffers_;
+    cuda::embedding_lookup(embed_.data(), b.token_ids(), b.residual(), T, H, int(c.vocab_size), nullptr, stream_);
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const DeviceLayer& L = layers_[size_t(l)];
+      cuda::GemvFusion input_norm;
+      input_norm.norm_residual = b.residual();
+      input_norm.norm_weight = L.input_norm.data();
+      input_norm.norm_eps = eps;
+      cuda::gemv_bf16_fused(nullptr, L.qkv.data(), b.qkv(), T, n_qkv, H, L.qkv_bias.data(), input_norm, stream_, config);
+      if (c.qk_norm) {
+        cuda::rms_norm_heads_inplace(b.qkv(), n_qkv, T, nh, hd, L.q_norm.data(), eps, stream_);
+        cuda::rms_norm_heads_inplace(static_cast<char*>(b.qkv()) + size_t(nh * hd) * 2, n_qkv, T, nkv, hd,
+                                     L.k_norm.data(), eps, stream_);
+      }
+      attention(int(l), shape, kv, n_qkv);
+      cuda::GemvFusion add;
+      add.add_to_residual = b.residual();
+      cuda::gemv_bf16_fused(b.attn(), L.o_proj.data(), nullptr, T, H, nh * hd, L.o_bias.data(), add, stream_, config);
+      cuda::GemvFusion post_norm_swiglu;
+      post_norm_swiglu.norm_residual = b.residual();
+      post_norm_swiglu.norm_weight = L.post_attention_norm.data();
+      post_norm_swiglu.norm_eps = eps;
+      post_norm_swiglu.swiglu = true;
+      cuda::gemv_bf16_fused(nullptr, L.gate_up.data(), b.act(), T, 2 * I, H, L.gate_up_bias.data(), post_norm_swiglu,
+                            stream_, swiglu_config);
+      cuda::gemv_bf16_fused(b.act(), L.down.data(), nullptr, T, H, I, L.down_bias.data(), add, stream_, config);
+    }
+    cuda::rms_norm(b.residual(), final_norm_.data(), b.x(), T, H, eps, stream_);
     const int n_out = int(shape.n_out);
     cuda::gather_rows(b.x(), b.logits_indices(), b.last(), n_out, H, stream_);
     gemm_->bf16(b.last(), lm_head(), b.logits(), n_out, c.vocab_size, H, true, nullptr, stream_);
@@ -506,6 +567,7 @@ class CudaLlamaModel final : public CausalLM {
   bool graphs_enabled_;
   bool fast_attention_ = false;  // head_dim 64 or 128: the tensor-core kernels
   std::optional<cuda::PagedDecodeKernel> decode_kernel_override_;  // LATENTSERVE_CUDA_DECODE_KERNEL
+  int fused_gemv_rows_ = 1;  // LATENTSERVE_CUDA_FUSED_GEMV_ROWS: steps of <= this many rows run record_fused_gemv
 };
 
 }  // namespace

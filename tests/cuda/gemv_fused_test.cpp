@@ -1,0 +1,242 @@
+// The gemv kernel with the decode step's neighbours fused in (gemv.h, gemv_bf16_fused): the
+// RMSNorm folded in front, SwiGLU behind, the residual add behind. Each mode against a scalar
+// f64 reference of what gemv.h says it computes (bf16 roundings where the kernel rounds), and
+// against the unfused kernels it replaces on the same inputs (bit for bit for the residual
+// add; within the bf16 rounding of the normed row, which the fused norm does not round, for
+// the others). Odd sizes, every configuration, bias or none, NaN-poisoned outputs; bad
+// parameters throw Error naming the field.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "backend/cuda/activation.h"
+#include "backend/cuda/gemv.h"
+#include "backend/cuda/norm.h"
+#include "core/bf16.h"
+#include "core/error.h"
+#include "cuda/gpu_test_util.h"
+
+namespace latentserve {
+namespace {
+
+using testing::from_bf16_bits;
+using testing::poisoned_bf16;
+using testing::relative_l2;
+using testing::round_to_bf16;
+using testing::to_bf16_bits;
+using testing::to_device;
+using testing::to_host;
+
+std::vector<float> normal(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> x(n);
+  for (auto& v : x) v = d(rng);
+  return x;
+}
+float bf16_round(double v) { return bf16::from_f32(float(v)).to_f32(); }
+void sync() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
+
+struct Shape {
+  int64_t m, n, k;
+};
+// n not a multiple of a CTA's rows, k not a multiple of a warp's 256-element step
+const Shape kShapes[] = {{1, 14, 64}, {2, 4098, 200}, {3, 1038, 4104}, {4, 262, 1000}, {1, 2 * 1037, 2048}};
+const cuda::GemvConfig kEvenConfigs[] = {cuda::GemvConfig::Rows4Unroll4, cuda::GemvConfig::Rows4Unroll8,
+                                         cuda::GemvConfig::Rows2Unroll8};
+
+// f64: y[i, j] = x[i] . w[j] + b[j]
+std::vector<double> product_reference(const std::vector<double>& x, const std::vector<float>& w,
+                                      const std::vector<float>* b, int64_t m, int64_t n, int64_t k) {
+  std::vector<double> y(size_t(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = b ? (*b)[size_t(j)] : 0.0;
+      for (int64_t t = 0; t < k; ++t) acc += x[size_t(i * k + t)] * w[size_t(j * k + t)];
+      y[size_t(i * n + j)] = acc;
+    }
+  return y;
+}
+// f64: the normed rows r / sqrt(mean(r^2) + eps) * g, not rounded (the fused kernel's maths)
+std::vector<double> normed_reference(const std::vector<float>& r, const std::vector<float>& g, int64_t m, int64_t k,
+                                     float eps) {
+  std::vector<double> x(size_t(m * k));
+  for (int64_t i = 0; i < m; ++i) {
+    double ss = 0;
+    for (int64_t t = 0; t < k; ++t) ss += double(r[size_t(i * k + t)]) * r[size_t(i * k + t)];
+    const double inv = 1.0 / std::sqrt(ss / double(k) + eps);
+    for (int64_t t = 0; t < k; ++t) x[size_t(i * k + t)] = r[size_t(i * k + t)] * inv * g[size_t(t)];
+  }
+  return x;
+}
+std::vector<double> widen(const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); }
+
+struct Operands {
+  std::vector<float> residual, norm_weight, w, bias;
+  cuda::DeviceBuffer d_residual, d_norm_weight, d_w, d_bias;
+};
+Operands make_operands(const Shape& s, uint32_t seed) {
+  Operands o;
+  o.residual = normal(size_t(s.m * s.k), seed, 3.0f);
+  o.norm_weight = round_to_bf16(normal(size_t(s.k), seed + 1, 0.5f));
+  o.w = round_to_bf16(normal(size_t(s.n * s.k), seed + 2, 0.05f));
+  o.bias = round_to_bf16(normal(size_t(s.n), seed + 3));
+  o.d_residual = to_device(o.residual);
+  o.d_norm_weight = to_device(to_bf16_bits(o.norm_weight));
+  o.d_w = to_device(to_bf16_bits(o.w));
+  o.d_bias = to_device(to_bf16_bits(o.bias));
+  return o;
+}
+
+constexpr float kEps = 1e-5f;
+
+TEST(CudaGemvFused, NormInFrontMatchesAnF64ReferenceAndTheNormKernelThenTheGemv) {
+  LS_REQUIRE_GPU();
+  uint32_t seed = 100;
+  for (const Shape& s : kShapes)
+    for (auto config : cuda::kGemvConfigs)
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "m " << s.m << " n " << s.n << " k " << s.k << " config "
+                                          << cuda::gemv_config_name(config) << " bias " << with_bias);
+        Operands o = make_operands(s, seed += 4);
+        const void* bias = with_bias ? o.d_bias.data() : nullptr;
+        // unfused: norm kernel -> x (bf16), then the plain gemv
+        auto x = poisoned_bf16(size_t(s.m * s.k)), y_unfused = poisoned_bf16(size_t(s.m * s.n));
+        cuda::rms_norm(o.d_residual.as<float>(), o.d_norm_weight.data(), x.data(), int(s.m), int(s.k), kEps, nullptr);
+        cuda::gemv_bf16(x.data(), o.d_w.data(), y_unfused.data(), s.m, s.n, s.k, false, bias, nullptr, config);
+        auto y = poisoned_bf16(size_t(s.m * s.n));
+        cuda::GemvFusion f;
+        f.norm_residual = o.d_residual.as<float>();
+        f.norm_weight = o.d_norm_weight.data();
+        f.norm_eps = kEps;
+        cuda::gemv_bf16_fused(nullptr, o.d_w.data(), y.data(), s.m, s.n, s.k, bias, f, nullptr, config);
+        sync();
+        const auto got = from_bf16_bits(to_host<uint16_t>(y, size_t(s.m * s.n)));
+        const auto ref = product_reference(normed_reference(o.residual, o.norm_weight, s.m, s.k, kEps), o.w,
+                                           with_bias ? &o.bias : nullptr, s.m, s.n, s.k);
+        EXPECT_LT(relative_l2(got, ref), 2.5e-3) << "vs f64 (bf16 output rounding: ~1.2e-3)";
+        EXPECT_LT(relative_l2(got, widen(from_bf16_bits(to_host<uint16_t>(y_unfused, size_t(s.m * s.n))))), 4e-3)
+            << "vs the unfused kernels (which round the normed row to bf16)";
+      }
+}
+
+TEST(CudaGemvFused, SwiGluBehindMatchesAnF64ReferenceAndTheGemvThenSiluMul) {
+  LS_REQUIRE_GPU();
+  uint32_t seed = 300;
+  for (const Shape& s : kShapes) {
+    const Shape gu{s.m, s.n / 2 * 2, s.k};  // [gate | up]: an even row count
+    const int64_t inter = gu.n / 2;
+    for (auto config : kEvenConfigs)
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "m " << gu.m << " inter " << inter << " k " << gu.k << " config "
+                                          << cuda::gemv_config_name(config) << " bias " << with_bias);
+        Operands o = make_operands(gu, seed += 4);
+        const void* bias = with_bias ? o.d_bias.data() : nullptr;
+        auto x = poisoned_bf16(size_t(gu.m * gu.k)), gate_up = poisoned_bf16(size_t(gu.m * gu.n));
+        auto act_unfused = poisoned_bf16(size_t(gu.m * inter));
+        cuda::rms_norm(o.d_residual.as<float>(), o.d_norm_weight.data(), x.data(), int(gu.m), int(gu.k), kEps, nullptr);
+        cuda::gemv_bf16(x.data(), o.d_w.data(), gate_up.data(), gu.m, gu.n, gu.k, false, bias, nullptr, config);
+        cuda::silu_mul(gate_up.data(), act_unfused.data(), int(gu.m), int(inter), nullptr);
+        auto act = poisoned_bf16(size_t(gu.m * inter));
+        cuda::GemvFusion f;
+        f.norm_residual = o.d_residual.as<float>();
+        f.norm_weight = o.d_norm_weight.data();
+        f.norm_eps = kEps;
+        f.swiglu = true;
+        cuda::gemv_bf16_fused(nullptr, o.d_w.data(), act.data(), gu.m, gu.n, gu.k, bias, f, nullptr, config);
+        sync();
+        const auto got = from_bf16_bits(to_host<uint16_t>(act, size_t(gu.m * inter)));
+        // f64: gate and up rounded to bf16 (as the stored product is), then silu(g) * u
+        const auto prod = product_reference(normed_reference(o.residual, o.norm_weight, gu.m, gu.k, kEps), o.w,
+                                            with_bias ? &o.bias : nullptr, gu.m, gu.n, gu.k);
+        std::vector<double> ref(size_t(gu.m * inter));
+        for (int64_t i = 0; i < gu.m; ++i)
+          for (int64_t j = 0; j < inter; ++j) {
+            const double g = bf16_round(prod[size_t(i * gu.n + j)]), u = bf16_round(prod[size_t(i * gu.n + inter + j)]);
+            ref[size_t(i * inter + j)] = g / (1.0 + std::exp(-g)) * u;
+          }
+        EXPECT_LT(relative_l2(got, ref), 5e-3) << "vs f64";
+        EXPECT_LT(relative_l2(got, widen(from_bf16_bits(to_host<uint16_t>(act_unfused, size_t(gu.m * inter))))), 8e-3)
+            << "vs the unfused kernels (which round the normed row to bf16)";
+      }
+  }
+}
+
+TEST(CudaGemvFused, AddToResidualEqualsTheGemvThenTheAdd) {
+  LS_REQUIRE_GPU();
+  uint32_t seed = 500;
+  for (const Shape& s : kShapes)
+    for (auto config : cuda::kGemvConfigs)
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "m " << s.m << " n " << s.n << " k " << s.k << " config "
+                                          << cuda::gemv_config_name(config) << " bias " << with_bias);
+        const auto x = round_to_bf16(normal(size_t(s.m * s.k), seed++));
+        const auto w = round_to_bf16(normal(size_t(s.n * s.k), seed++, 0.05f));
+        const auto b = round_to_bf16(normal(size_t(s.n), seed++));
+        const auto residual_in = normal(size_t(s.m * s.n), seed++, 2.0f);
+        auto dx = to_device(to_bf16_bits(x)), dw = to_device(to_bf16_bits(w)), db = to_device(to_bf16_bits(b));
+        auto residual = to_device(residual_in);
+        const void* bias = with_bias ? db.data() : nullptr;
+        auto delta = poisoned_bf16(size_t(s.m * s.n));
+        cuda::gemv_bf16(dx.data(), dw.data(), delta.data(), s.m, s.n, s.k, false, bias, nullptr, config);
+        cuda::GemvFusion f;
+        f.add_to_residual = residual.as<float>();
+        cuda::gemv_bf16_fused(dx.data(), dw.data(), nullptr, s.m, s.n, s.k, bias, f, nullptr, config);
+        sync();
+        const auto got = to_host<float>(residual, size_t(s.m * s.n));
+        const auto d = from_bf16_bits(to_host<uint16_t>(delta, size_t(s.m * s.n)));
+        std::vector<float> unfused(got.size());
+        for (size_t i = 0; i < got.size(); ++i) unfused[i] = residual_in[i] + d[i];  // add_rms_norm's f32 add
+        EXPECT_EQ(got, unfused) << "residual + bf16(x w^T + b), as the gemv then add_rms_norm compute it";
+        // f64: each element within a bf16 rounding of the product (the kernel rounds its f32 sum,
+        // which may fall on the other side of a rounding boundary) and the f32 add's rounding
+        const auto prod = product_reference(widen(x), w, with_bias ? &b : nullptr, s.m, s.n, s.k);
+        int outside = 0;
+        for (size_t i = 0; i < prod.size(); ++i) {
+          const double want = residual_in[i] + prod[i];
+          outside += !(std::abs(got[i] - want) <= std::ldexp(std::abs(prod[i]), -8) + 1e-6 * std::abs(want) + 1e-6);
+        }
+        EXPECT_EQ(outside, 0) << "elements off the f64 residual + product by more than a bf16 rounding";
+      }
+}
+
+TEST(CudaGemvFused, BadParametersThrowNamingTheField) {
+  LS_REQUIRE_GPU();
+  const Shape s{1, 16, 64};
+  Operands o = make_operands(s, 7);
+  auto y = poisoned_bf16(64);
+  cuda::GemvFusion norm;
+  norm.norm_residual = o.d_residual.as<float>();
+  norm.norm_weight = o.d_norm_weight.data();
+  const auto message = [&](const cuda::GemvFusion& f, const void* x, void* out, int64_t m, int64_t n, int64_t k,
+                           cuda::GemvConfig config = cuda::GemvConfig::Rows4Unroll4) {
+    try {
+      cuda::gemv_bf16_fused(x, o.d_w.data(), out, m, n, k, nullptr, f, nullptr, config);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  cuda::GemvFusion swiglu = norm;
+  swiglu.swiglu = true;
+  EXPECT_NE(message(swiglu, nullptr, y.data(), 1, 15, 64).find("n even"), std::string::npos);
+  EXPECT_NE(message(swiglu, nullptr, y.data(), 1, 16, 64, cuda::GemvConfig::Rows1Unroll8).find("r1u8"), std::string::npos);
+  cuda::GemvFusion no_weight = norm;
+  no_weight.norm_weight = nullptr;
+  EXPECT_NE(message(no_weight, nullptr, y.data(), 1, 16, 64).find("norm_weight"), std::string::npos);
+  EXPECT_NE(message(cuda::GemvFusion{}, nullptr, y.data(), 1, 16, 64).find("add_to_residual"), std::string::npos);
+  cuda::GemvFusion both = norm;
+  both.add_to_residual = o.d_residual.as<float>();
+  EXPECT_NE(message(both, nullptr, y.data(), 1, 16, 64).find("norm_residual set"), std::string::npos);
+  EXPECT_NE(message(norm, nullptr, y.data(), 5, 16, 64).find("m must be in [1, 4]"), std::string::npos);
+  EXPECT_NE(message(norm, nullptr, y.data(), 1, 16, 60).find("multiple of 8"), std::string::npos);
+  EXPECT_NE(message(norm, nullptr, nullptr, 1, 16, 64).find("y is null"), std::string::npos);
+  cuda::GemvFusion add;
+  add.add_to_residual = o.d_residual.as<float>();
+  EXPECT_NE(message(add, nullptr, nullptr, 1, 16, 64).find("x is null"), std::string::npos);
+  EXPECT_EQ(message(norm, nullptr, y.data(), 1, 16, 64), "no error");
+}
+
+}  // namespace
+}  // namespace latentserve
