@@ -5,12 +5,13 @@ Llama-3-8B-shaped decode step (32 layers, hidden 4096, 32 heads x 128, 8 or 32 K
 careful user would: fused q|k|v and gate|up weights, cuBLAS GEMMs, RoPE, this step's K/V written
 into a contiguous cache [B, n_kv, ctx, 128], F.scaled_dot_product_attention (cuDNN first, then
 flash, then efficient; enable_gqa), F.rms_norm, greedy argmax, the whole step captured in one
-CUDA graph; no torch.compile (so each elementwise op is its own kernel, as in eager PyTorch).
+CUDA graph; without --compile each elementwise op is its own kernel, as in eager PyTorch; with
+it inductor fuses them (one compile per shape, a minute or more each).
 Time per step: CUDA events over `--steps` graph replays after `--warmup`, mean; every step
 attends to `context` cached tokens plus its own.
 
   python3 tools/llama_decode_peer.py [--attention gqa8,mha] [--batch 1,8,32,64]
-                                     [--context 1024,8192] [--json FILE]
+                                     [--context 1024,8192] [--compile] [--json FILE]
 
 Shapes whose weights + KV do not fit in 90% of the GPU's memory print "no room".
 """
@@ -68,7 +69,7 @@ def gqa_native(n_kv):
         return False
 
 
-def rope(x, cos, sin):  # x [B, h, 1, d]; rotate-half (Llama / neox) layout
+def rope(x, cos, sin):  # x [B, h, 1, d], cos and sin [d / 2]; rotate-half (Llama / neox) layout
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
@@ -100,7 +101,7 @@ def step(m, tokens, caches, pos, cos, sin):
     return logits.argmax(-1)
 
 
-def run(m, batch, context, steps, warmup):
+def run(m, batch, context, steps, warmup, step=step):
     kv_bytes = 2 * LAYERS * batch * m.n_kv * (context + 1) * HEAD_DIM * 2
     free, total = torch.cuda.mem_get_info()
     if kv_bytes + 4e9 > free - 0.1 * total:
@@ -111,8 +112,7 @@ def run(m, batch, context, steps, warmup):
     tokens = torch.randint(0, VOCAB, (batch,), device="cuda")
     inv = 1.0 / (ROPE_THETA ** (torch.arange(0, HEAD_DIM, 2, device="cuda").float() / HEAD_DIM))
     ang = context * inv
-    cos = torch.cat((ang.cos(), ang.cos())).to(torch.bfloat16)
-    sin = torch.cat((ang.sin(), ang.sin())).to(torch.bfloat16)
+    cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)  # [HEAD_DIM / 2]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -150,12 +150,15 @@ def main():
     ap.add_argument("--context", default="1024,8192")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the step (inductor fuses the norms, RoPE and SwiGLU; one compile per shape)")
     ap.add_argument("--json")
     args = ap.parse_args()
+    step_fn = torch.compile(step, dynamic=False) if args.compile else step
     kinds = {"gqa8": 8, "mha": 32, "mqa": 1}
     rows = []
     print(f"device: {torch.cuda.get_device_name()} (torch {torch.__version__}), CUDA graph per shape, "
-          f"mean of {args.steps} replays")
+          f"mean of {args.steps} replays, {'torch.compile' if args.compile else 'no torch.compile'}")
     print(f"{'attn':<6} {'batch':>5} {'context':>8} {'TPOT ms':>9} {'weights MB':>11} {'KV MB':>9}")
     for name in args.attention.split(","):
         m = Model(kinds[name])
@@ -163,8 +166,8 @@ def main():
             print(f"{name}: no SDPA backend took enable_gqa; K/V are expanded in the step")
         for b in map(int, args.batch.split(",")):
             for c in map(int, args.context.split(",")):
-                r = run(m, b, c, args.steps, args.warmup)
-                r.update(attention=name, weight_bytes=m.weight_bytes(), gqa_native=m.gqa_native)
+                r = run(m, b, c, args.steps, args.warmup, step_fn)
+                r.update(attention=name, weight_bytes=m.weight_bytes(), gqa_native=m.gqa_native, compiled=args.compile)
                 rows.append(r)
                 t = "no room" if r.get("no_room") else f"{r['tpot_ms']:.2f}"
                 print(f"{name:<6} {b:>5} {c:>8} {t:>9} {m.weight_bytes() / 1e6:>11.1f} {r['kv_bytes'] / 1e6:>9.1f}",
