@@ -22,19 +22,13 @@ namespace {
 
 using testing::from_bf16_bits;
 using testing::poisoned_bf16;
+using testing::random_normal;
 using testing::relative_l2;
 using testing::round_to_bf16;
 using testing::to_bf16_bits;
 using testing::to_device;
 using testing::to_host;
 
-std::vector<float> normal(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> x(n);
-  for (auto& v : x) v = d(rng);
-  return x;
-}
 float bf16_round(double v) { return bf16::from_f32(float(v)).to_f32(); }
 void sync() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
 
@@ -78,10 +72,10 @@ struct Operands {
 };
 Operands make_operands(const Shape& s, uint32_t seed) {
   Operands o;
-  o.residual = normal(size_t(s.m * s.k), seed, 3.0f);
-  o.norm_weight = round_to_bf16(normal(size_t(s.k), seed + 1, 0.5f));
-  o.w = round_to_bf16(normal(size_t(s.n * s.k), seed + 2, 0.05f));
-  o.bias = round_to_bf16(normal(size_t(s.n), seed + 3));
+  o.residual = random_normal(size_t(s.m * s.k), seed, 3.0f);
+  o.norm_weight = round_to_bf16(random_normal(size_t(s.k), seed + 1, 0.5f));
+  o.w = round_to_bf16(random_normal(size_t(s.n * s.k), seed + 2, 0.05f));
+  o.bias = round_to_bf16(random_normal(size_t(s.n), seed + 3));
   o.d_residual = to_device(o.residual);
   o.d_norm_weight = to_device(to_bf16_bits(o.norm_weight));
   o.d_w = to_device(to_bf16_bits(o.w));
@@ -171,10 +165,10 @@ TEST(CudaGemvFused, AddToResidualEqualsTheGemvThenTheAdd) {
       for (bool with_bias : {false, true}) {
         SCOPED_TRACE(::testing::Message() << "m " << s.m << " n " << s.n << " k " << s.k << " config "
                                           << cuda::gemv_config_name(config) << " bias " << with_bias);
-        const auto x = round_to_bf16(normal(size_t(s.m * s.k), seed++));
-        const auto w = round_to_bf16(normal(size_t(s.n * s.k), seed++, 0.05f));
-        const auto b = round_to_bf16(normal(size_t(s.n), seed++));
-        const auto residual_in = normal(size_t(s.m * s.n), seed++, 2.0f);
+        const auto x = round_to_bf16(random_normal(size_t(s.m * s.k), seed++));
+        const auto w = round_to_bf16(random_normal(size_t(s.n * s.k), seed++, 0.05f));
+        const auto b = round_to_bf16(random_normal(size_t(s.n), seed++));
+        const auto residual_in = random_normal(size_t(s.m * s.n), seed++, 2.0f);
         auto dx = to_device(to_bf16_bits(x)), dw = to_device(to_bf16_bits(w)), db = to_device(to_bf16_bits(b));
         auto residual = to_device(residual_in);
         const void* bias = with_bias ? db.data() : nullptr;

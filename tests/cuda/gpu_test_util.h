@@ -37,6 +37,15 @@ inline std::vector<float> round_to_bf16(std::vector<float> x) {
   return x;
 }
 
+// n values drawn from N(0, scale^2), reproducible from seed.
+inline std::vector<float> random_normal(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> x(n);
+  for (auto& v : x) v = d(rng);
+  return x;
+}
+
 template <typename T>
 cuda::DeviceBuffer to_device(const std::vector<T>& host) {
   cuda::DeviceBuffer buffer(host.size() * sizeof(T));

@@ -24,6 +24,7 @@ namespace {
 
 using testing::from_bf16_bits;
 using testing::poisoned_bf16;
+using testing::random_normal;
 using testing::poisoned_f32;
 using testing::relative_l2;
 using testing::round_to_bf16;
@@ -31,13 +32,6 @@ using testing::to_bf16_bits;
 using testing::to_device;
 using testing::to_host;
 
-std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> x(n);
-  for (auto& v : x) v = d(rng);
-  return x;
-}
 
 void sync() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
 
@@ -66,9 +60,9 @@ TEST(CudaGemm, MatchesAnF64ReferenceOnOddShapes) {
         for (bool with_bias : {false, true}) {
           if (k > 1000 && m > 8) continue;  // the host f64 reference would dominate the test's time
           SCOPED_TRACE(::testing::Message() << "gemv rows " << gemv_rows << " autotune " << autotune << " config " << cuda::gemv_config_name(config) << " m " << m << " n " << n << " k " << k << " y_f32 " << y_f32 << " bias " << with_bias);
-          const auto x = round_to_bf16(random_vector(size_t(m * k), seed++));
-          const auto w = round_to_bf16(random_vector(size_t(n * k), seed++, 0.05f));
-          const auto b = round_to_bf16(random_vector(size_t(n), seed++));
+          const auto x = round_to_bf16(random_normal(size_t(m * k), seed++));
+          const auto w = round_to_bf16(random_normal(size_t(n * k), seed++, 0.05f));
+          const auto b = round_to_bf16(random_normal(size_t(n), seed++));
           auto dx = to_device(to_bf16_bits(x)), dw = to_device(to_bf16_bits(w)), db = to_device(to_bf16_bits(b));
           auto dy = y_f32 ? poisoned_f32(size_t(m * n)) : poisoned_bf16(size_t(m * n));
           gemm.bf16(dx.data(), dw.data(), dy.data(), m, n, k, y_f32, with_bias ? db.data() : nullptr, nullptr);
@@ -87,7 +81,7 @@ TEST(CudaGemm, MatchesAnF64ReferenceOnOddShapes) {
   cuda::Gemm gemm;
   // A repeated shape reuses its plan, which also holds the autotuned gemv-or-cuBLASLt choice
   // (no heuristic query, no timing: capturable).
-  auto a = to_device(to_bf16_bits(random_vector(64, 9))), bw = to_device(to_bf16_bits(random_vector(7 * 64, 10)));
+  auto a = to_device(to_bf16_bits(random_normal(64, 9))), bw = to_device(to_bf16_bits(random_normal(7 * 64, 10)));
   auto y = poisoned_bf16(7);
   gemm.bf16(a.data(), bw.data(), y.data(), 1, 7, 64, false, nullptr, nullptr);
   const size_t plans = gemm.n_cached_plans();
@@ -103,9 +97,9 @@ TEST(CudaNorm, RmsNormAndAddRmsNormMatchTheReference) {
   for (int dim : {64, 1000, 4096, 4099}) {
     const int rows = 5;
     SCOPED_TRACE("dim " + std::to_string(dim));
-    const auto r = random_vector(size_t(rows * dim), uint32_t(dim), 3.0f);
-    const auto delta = round_to_bf16(random_vector(size_t(rows * dim), uint32_t(dim) + 1));
-    auto weight = random_vector(size_t(dim), uint32_t(dim) + 2, 0.1f);
+    const auto r = random_normal(size_t(rows * dim), uint32_t(dim), 3.0f);
+    const auto delta = round_to_bf16(random_normal(size_t(rows * dim), uint32_t(dim) + 1));
+    auto weight = random_normal(size_t(dim), uint32_t(dim) + 2, 0.1f);
     for (auto& v : weight) v += 1.0f;
     weight = round_to_bf16(weight);
     for (bool add : {false, true}) {
@@ -138,8 +132,8 @@ TEST(CudaNorm, RmsNormAndAddRmsNormMatchTheReference) {
 TEST(CudaNorm, PerHeadNormInPlaceLeavesTheRestOfTheRow) {
   LS_REQUIRE_GPU();
   const int rows = 3, heads = 4, hd = 128, stride = heads * hd + 40;
-  const auto x = round_to_bf16(random_vector(size_t(rows * stride), 5, 2.0f));
-  auto w = random_vector(size_t(hd), 6, 0.1f);
+  const auto x = round_to_bf16(random_normal(size_t(rows * stride), 5, 2.0f));
+  auto w = random_normal(size_t(hd), 6, 0.1f);
   for (auto& v : w) v += 1.0f;
   w = round_to_bf16(w);
   auto dx = to_device(to_bf16_bits(x)), dw = to_device(to_bf16_bits(w));
@@ -163,7 +157,7 @@ TEST(CudaActivation, SiluMulMatchesTheReference) {
   LS_REQUIRE_GPU();
   for (int inter : {1, 7, 14336}) {
     const int rows = 3;
-    const auto gu = round_to_bf16(random_vector(size_t(rows * 2 * inter), uint32_t(inter), 2.0f));
+    const auto gu = round_to_bf16(random_normal(size_t(rows * 2 * inter), uint32_t(inter), 2.0f));
     auto d = to_device(to_bf16_bits(gu));
     auto out = poisoned_bf16(size_t(rows * inter));
     cuda::silu_mul(d.data(), out.data(), rows, inter, nullptr);
@@ -181,7 +175,7 @@ TEST(CudaActivation, SiluMulMatchesTheReference) {
 TEST(CudaEmbedding, LooksUpRowsAndFlagsBadIds) {
   LS_REQUIRE_GPU();
   const int vocab = 37, dim = 100;
-  const auto table = round_to_bf16(random_vector(size_t(vocab * dim), 3));
+  const auto table = round_to_bf16(random_normal(size_t(vocab * dim), 3));
   const std::vector<int32_t> ids = {5, 0, 36, 5, 99};
   auto dt = to_device(to_bf16_bits(table)), di = to_device(ids), flag = to_device(std::vector<int>{0});
   auto out = poisoned_f32(ids.size() * dim);
@@ -207,7 +201,7 @@ TEST(CudaSampling, ArgmaxPicksTheFirstLargest) {
   LS_REQUIRE_GPU();
   for (int vocab : {1, 5, 1001, 128256}) {
     const int rows = 4;
-    auto logits = random_vector(size_t(rows * vocab), uint32_t(vocab));
+    auto logits = random_normal(size_t(rows * vocab), uint32_t(vocab));
     if (vocab > 5) {
       logits[size_t(1 * vocab + 3)] = 50.0f;  // a tie: the lower id wins
       logits[size_t(1 * vocab + vocab - 2)] = 50.0f;
@@ -244,7 +238,7 @@ TEST(CudaRopeKvWrite, RotatesQAndKAndStoresKvAtTheSlots) {
                                         << (dtype == cuda::KvDtype::Fp8E4M3));
       const int T = 9, width = (c.n_head + 2 * c.n_head_kv) * c.head_dim, stride = width + 8, n_slots = 64;
       const int kv_row = c.n_head_kv * c.head_dim;
-      const auto qkv = round_to_bf16(random_vector(size_t(T * stride), uint32_t(c.head_dim + c.n_head), 1.5f));
+      const auto qkv = round_to_bf16(random_normal(size_t(T * stride), uint32_t(c.head_dim + c.n_head), 1.5f));
       std::vector<int32_t> positions(T);
       std::vector<int64_t> slots(T);
       for (int t = 0; t < T; ++t) {

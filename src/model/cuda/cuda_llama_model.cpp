@@ -356,11 +356,7 @@ class CudaLlamaModel final : public CausalLM {
         cuda::add_rms_norm(b.residual(), b.delta(), L.input_norm.data(), b.x(), T, H, eps, stream_);
       // qkv[T, (nh + 2 nkv) hd] = x W_qkv^T (+ b)
       gemm_->bf16(b.x(), L.qkv.data(), b.qkv(), T, n_qkv, H, false, L.qkv_bias.data(), stream_);
-      if (c.qk_norm) {
-        cuda::rms_norm_heads_inplace(b.qkv(), n_qkv, T, nh, hd, L.q_norm.data(), eps, stream_);
-        cuda::rms_norm_heads_inplace(static_cast<char*>(b.qkv()) + size_t(nh * hd) * 2, n_qkv, T, nkv, hd,
-                                     L.k_norm.data(), eps, stream_);
-      }
+      if (c.qk_norm) record_qk_norm(L, T);
       attention(int(l), shape, kv, n_qkv);  // qkv -> attn [T, nh hd]; writes this step's K/V
       gemm_->bf16(b.attn(), L.o_proj.data(), b.delta(), T, H, nh * hd, false, L.o_bias.data(), stream_);
       cuda::add_rms_norm(b.residual(), b.delta(), L.post_attention_norm.data(), b.x(), T, H, eps, stream_);
@@ -371,7 +367,25 @@ class CudaLlamaModel final : public CausalLM {
     }
     // Final norm over every row (cheap), then the LM head on the rows that need logits.
     cuda::add_rms_norm(b.residual(), b.delta(), final_norm_.data(), b.x(), T, H, eps, stream_);
-    const int n_out = int(shape.n_out);
+    record_logits(shape);
+  }
+
+  // Qwen3's per-head norms of q and k, in place in qkv [T, (nh + 2 nkv) hd].
+  void record_qk_norm(const DeviceLayer& L, int T) {
+    const ModelConfig& c = config_;
+    const int nh = int(c.n_head), nkv = int(c.n_head_kv), hd = int(c.head_dim), n_qkv = (nh + 2 * nkv) * hd;
+    const float eps = float(c.rms_norm_eps);
+    void* qkv = buffers_.qkv();
+    cuda::rms_norm_heads_inplace(qkv, n_qkv, T, nh, hd, L.q_norm.data(), eps, stream_);
+    cuda::rms_norm_heads_inplace(static_cast<char*>(qkv) + size_t(nh * hd) * 2, n_qkv, T, nkv, hd, L.k_norm.data(),
+                                 eps, stream_);
+  }
+
+  // The LM head on the rows that need logits (b.x() holds the final-normed rows), then argmax.
+  void record_logits(const cuda::StepShape& shape) {
+    const ModelConfig& c = config_;
+    cuda::StepBuffers& b = buffers_;
+    const int n_out = int(shape.n_out), H = int(c.hidden_size);
     cuda::gather_rows(b.x(), b.logits_indices(), b.last(), n_out, H, stream_);
     gemm_->bf16(b.last(), lm_head(), b.logits(), n_out, c.vocab_size, H, true, nullptr, stream_);
     cuda::argmax_rows(b.logits(), n_out, int(c.vocab_size), b.next_tokens(), stream_);
@@ -406,11 +420,7 @@ class CudaLlamaModel final : public CausalLM {
       input_norm.norm_weight = L.input_norm.data();
       input_norm.norm_eps = eps;
       cuda::gemv_bf16_fused(nullptr, L.qkv.data(), b.qkv(), T, n_qkv, H, L.qkv_bias.data(), input_norm, stream_, config);
-      if (c.qk_norm) {
-        cuda::rms_norm_heads_inplace(b.qkv(), n_qkv, T, nh, hd, L.q_norm.data(), eps, stream_);
-        cuda::rms_norm_heads_inplace(static_cast<char*>(b.qkv()) + size_t(nh * hd) * 2, n_qkv, T, nkv, hd,
-                                     L.k_norm.data(), eps, stream_);
-      }
+      if (c.qk_norm) record_qk_norm(L, T);
       attention(int(l), shape, kv, n_qkv);
       cuda::GemvFusion add;
       add.add_to_residual = b.residual();
@@ -425,10 +435,7 @@ class CudaLlamaModel final : public CausalLM {
       cuda::gemv_bf16_fused(b.act(), L.down.data(), nullptr, T, H, I, L.down_bias.data(), add, stream_, config);
     }
     cuda::rms_norm(b.residual(), final_norm_.data(), b.x(), T, H, eps, stream_);
-    const int n_out = int(shape.n_out);
-    cuda::gather_rows(b.x(), b.logits_indices(), b.last(), n_out, H, stream_);
-    gemm_->bf16(b.last(), lm_head(), b.logits(), n_out, c.vocab_size, H, true, nullptr, stream_);
-    cuda::argmax_rows(b.logits(), n_out, int(c.vocab_size), b.next_tokens(), stream_);
+    record_logits(shape);
   }
 
   void attention(int layer, const cuda::StepShape& shape, cuda::CudaKvCache& kv, int n_qkv) {
