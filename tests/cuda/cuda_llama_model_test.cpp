@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -184,10 +185,16 @@ TEST(CudaLlamaModel, Head128GqaMatchesTheCpuPath) {
 TEST(CudaLlamaModel, FusedGemvChainMatchesTheUnfusedKernelsAndTheCpuPath) {
   LS_REQUIRE_GPU();
   ThreadPool pool(2);
+  // 0 (separate kernels) and 1 (the fused chain, the default) explicitly; a value set from
+  // outside is put back afterwards.
+  const char* outside = std::getenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS");
+  const std::string saved = outside ? outside : "";
   ::setenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS", "0", 1);
   auto unfused = build_causal_lm(gqa128_config(), std::make_unique<HostSyntheticWeights>(31), pool, on_cuda());
-  ::unsetenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS");
+  ::setenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS", "1", 1);
   auto fused = build_causal_lm(gqa128_config(), std::make_unique<HostSyntheticWeights>(31), pool, on_cuda());
+  if (outside) ::setenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS", saved.c_str(), 1);
+  else ::unsetenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS");
   auto cpu = build_causal_lm(gqa128_config(), std::make_unique<SyntheticWeights>(DType::BF16, 31), pool);
   const auto requests = mixed_requests(2, 6, 1000);
   auto a = OfflineRunner(*fused, {16, 1}, pool).run(requests, true);

@@ -9,7 +9,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-
 // One thread per 8 outputs: a 16-byte word of gate, one of up, one of out.
 __global__ void __launch_bounds__(kThreads) silu_mul_vec_kernel(const uint4* gate_up, uint4* out, int64_t n_units,
                                                                 int inter_units) {

@@ -24,6 +24,17 @@ __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddep
 
 __device__ __forceinline__ float bf16_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+// 8 bf16 in one 16-byte word -> 8 f32.
+__device__ __forceinline__ void bf16x8_to_f32(const uint4& v, float out[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
 // SwiGLU's product in f32: silu(g) * u (activation.h; the gemv's fused epilogue, gemv.h).
 __device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 

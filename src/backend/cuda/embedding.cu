@@ -23,16 +23,7 @@ __global__ void __launch_bounds__(kThreads) embedding_kernel(const __nv_bfloat16
     float4* dst = reinterpret_cast<float4*>(out);
     for (int u = threadIdx.x; u < dim / 8; u += kThreads) {
       float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (ok) {
-        const uint4 w = src[u];
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&w);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 p = __bfloat1622float2(h[j]);
-          f[2 * j] = p.x;
-          f[2 * j + 1] = p.y;
-        }
-      }
+      if (ok) bf16x8_to_f32(src[u], f);
       dst[2 * u] = make_float4(f[0], f[1], f[2], f[3]);
       dst[2 * u + 1] = make_float4(f[4], f[5], f[6], f[7]);
     }

@@ -11,24 +11,6 @@ namespace {
 
 constexpr int kWarps = 4;
 
-__device__ __forceinline__ void bf16x8_to_f32(const uint4& v, float out[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
-}
-
-__device__ __forceinline__ uint4 f32x8_to_bf16(const float in[8]) {
-  uint4 v;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
-  return v;
-}
-
 // grid: ceil(outputs / (kWarps * rows per warp)); warp w of CTA b owns kRowsPerWarp rows of w
 // from (b * kWarps + w) * kRowsPerWarp (SwiGLU: half of them from each half of w). Lane l reads
 // 16-byte chunks l, l + 32, ... of each row (k / 8 chunks per row).
@@ -79,6 +61,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
       wv[u][r] = (col0 < n_out && c < k_chunks) ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
     }
   wait_for_previous_kernel();
+  if (col0 >= n_out) return;
 
   // RMSNorm in front, folded into the product: y = (1 / rms) * sum_k w_k (r_k g_k), with
   // r the f32 residual row and g the norm weight; each warp reads the whole row of r anyway,
@@ -88,7 +71,6 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
   float sum_sq[M];
 #pragma unroll
   for (int i = 0; i < M; ++i) sum_sq[i] = 0.0f;
-  if (col0 >= n_out) return;
 
   for (int c0 = lane; c0 < k_chunks; c0 += 32 * kUnroll) {
     if (c0 != lane) {

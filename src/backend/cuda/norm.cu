@@ -26,16 +26,7 @@ __device__ float block_sum(float x) {
   return total;
 }
 
-// 8 bf16 <-> 8 f32 through one 16-byte word.
-__device__ __forceinline__ void unpack8(const uint4& w, float* f) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&w);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 p = __bfloat1622float2(h[j]);
-    f[2 * j] = p.x;
-    f[2 * j + 1] = p.y;
-  }
-}
+// 8 f32 -> 8 bf16 in one 16-byte word (bf16x8_to_f32 in device_math.cuh is the other way).
 __device__ __forceinline__ uint4 pack8(const float* f) {
   uint4 w;
   __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&w);
@@ -66,7 +57,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_vec_kernel(float* residual,
       v[j][4] = b.x; v[j][5] = b.y; v[j][6] = b.z; v[j][7] = b.w;
       if constexpr (kAdd) {
         float dd[8];
-        unpack8(d[u], dd);
+        bf16x8_to_f32(d[u], dd);
 #pragma unroll
         for (int e = 0; e < 8; ++e) v[j][e] += dd[e];
         r[2 * u] = make_float4(v[j][0], v[j][1], v[j][2], v[j][3]);
@@ -84,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_vec_kernel(float* residual,
     const int u = threadIdx.x + j * kThreads;
     if (u < n_units) {
       float wf[8], y[8];
-      unpack8(w[u], wf);
+      bf16x8_to_f32(w[u], wf);
 #pragma unroll
       for (int e = 0; e < 8; ++e) y[e] = v[j][e] * inv_rms * wf[e];
       o[u] = pack8(y);
