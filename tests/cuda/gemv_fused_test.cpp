@@ -38,7 +38,8 @@ struct Shape {
 // n not a multiple of a CTA's rows, k not a multiple of a warp's 256-element step
 const Shape kShapes[] = {{1, 14, 64}, {2, 4098, 200}, {3, 1038, 4104}, {4, 262, 1000}, {1, 2 * 1037, 2048}};
 const cuda::GemvConfig kEvenConfigs[] = {cuda::GemvConfig::Rows4Unroll4, cuda::GemvConfig::Rows4Unroll8,
-                                         cuda::GemvConfig::Rows2Unroll8};
+                                         cuda::GemvConfig::Rows2Unroll8, cuda::GemvConfig::Rows4Unroll4Split4,
+                                         cuda::GemvConfig::Rows2Unroll8Split4};
 
 // f64: y[i, j] = x[i] . w[j] + b[j]
 std::vector<double> product_reference(const std::vector<double>& x, const std::vector<float>& w,

@@ -11,9 +11,12 @@ namespace {
 
 constexpr int kWarps = 4;
 
-// grid: ceil(outputs / (kWarps * rows per warp)); warp w of CTA b owns kRowsPerWarp rows of w
-// from (b * kWarps + w) * kRowsPerWarp (SwiGLU: half of them from each half of w). Lane l reads
-// 16-byte chunks l, l + 32, ... of each row (k / 8 chunks per row).
+// grid: ceil(outputs / (outputs per CTA)). kSplit 1: warp w of CTA b owns kRowsPerWarp rows of w
+// from (b * kWarps + w) * kRowsPerWarp (SwiGLU: half of them from each half of w), and lane l
+// reads 16-byte chunks l, l + 32, ... of each row (k / 8 chunks per row). kSplit == kWarps: the
+// CTA's warps share one group of rows and warp p reads the chunks of blocks p, p + kSplit, ...
+// of 32 * kUnroll chunks, the partial sums meeting in shared memory: kSplit times the warps (and
+// loads in flight) for a matrix whose rows alone leave the SMs short of warps (o, q|k|v, down).
 template <typename OutT>
 __device__ __forceinline__ OutT from_f32(float v);
 template <>
@@ -24,12 +27,17 @@ __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { retu
 // What the kernel does around the product (GemvFusion in gemv.h).
 constexpr int kOutStore = 0, kOutAddToResidual = 1, kOutSwiGlu = 2;
 
-template <int M, int kRowsPerWarp, int kUnroll, typename OutT, bool kNormIn, int kOut>
+template <int M, int kRowsPerWarp, int kUnroll, int kSplit, typename OutT, bool kNormIn, int kOut>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w,
                                                            OutT* __restrict__ y, const __nv_bfloat16* bias,
                                                            int n, int k_chunks, GemvFusion f) {
+  // kSplit == kWarps keeps every warp of a CTA on the same rows, so the early exit below is
+  // taken by the whole CTA or none of it (the partial sums meet at a barrier).
+  static_assert(kSplit == 1 || kSplit == kWarps, "k is split across all warps of a CTA or none");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int warp_id = blockIdx.x * kWarps + warp;
+  const int warp_id = blockIdx.x * (kWarps / kSplit) + warp / kSplit;  // the row group
+  const int part = warp % kSplit;                                      // which blocks of k it reads
+  const int c_first = lane + part * 32 * kUnroll, c_step = 32 * kUnroll * kSplit;
   // The weight rows this warp works on. SwiGLU: kRowsPerWarp / 2 columns of the activation,
   // their gate rows then their up rows (n / 2 apart), so the epilogue has both halves.
   constexpr int kHalf = kOut == kOutSwiGlu ? kRowsPerWarp / 2 : kRowsPerWarp;
@@ -57,7 +65,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
   for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int c = lane + u * 32;
+      const int c = c_first + u * 32;
       wv[u][r] = (col0 < n_out && c < k_chunks) ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
     }
   wait_for_previous_kernel();
@@ -72,8 +80,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
 #pragma unroll
   for (int i = 0; i < M; ++i) sum_sq[i] = 0.0f;
 
-  for (int c0 = lane; c0 < k_chunks; c0 += 32 * kUnroll) {
-    if (c0 != lane) {
+  for (int c0 = c_first; c0 < k_chunks; c0 += c_step) {
+    if (c0 != c_first) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)  // all weight loads of this iteration in flight together
 #pragma unroll
@@ -119,10 +127,33 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
   for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
     for (int i = 0; i < M; ++i) acc[r][i] = warp_sum(acc[r][i]);
+#pragma unroll
+  for (int i = 0; i < M; ++i) sum_sq[i] = kNormIn ? warp_sum(sum_sq[i]) : 0.0f;
+  if constexpr (kSplit > 1) {  // the parts' sums, added in part order by warp 0's lane 0
+    __shared__ float part_acc[kSplit][kRowsPerWarp][M], part_sq[kSplit][M];
+    if (lane == 0) {
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) part_acc[part][r][i] = acc[r][i];
+        part_sq[part][i] = sum_sq[i];
+      }
+    }
+    __syncthreads();
+    if (warp != 0 || lane != 0) return;
+#pragma unroll
+    for (int p = 1; p < kSplit; ++p)
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) acc[r][i] += part_acc[p][r][i];
+        sum_sq[i] += part_sq[p][i];
+      }
+  }
   if constexpr (kNormIn) {
 #pragma unroll
     for (int i = 0; i < M; ++i) {
-      const float inv_rms = rsqrtf(warp_sum(sum_sq[i]) / float(k_chunks * 8) + f.norm_eps);
+      const float inv_rms = rsqrtf(sum_sq[i] / float(k_chunks * 8) + f.norm_eps);
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) acc[r][i] *= inv_rms;
     }
@@ -153,29 +184,29 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
 // the decode step (bf16 out).
 enum class Mode { Plain, NormStore, AddToResidual, NormSwiGlu };
 
-template <int M, int R, int U, typename OutT, bool kNormIn, int kOut>
+template <int M, int R, int U, int S, typename OutT, bool kNormIn, int kOut>
 void launch_one(const void* x, const void* w, void* y, int n, int k, const void* bias, const GemvFusion& f,
                 cudaStream_t s) {
-  auto kernel = gemv_kernel<M, R, U, OutT, kNormIn, kOut>;
-  const int outputs_per_cta = kWarps * (kOut == kOutSwiGlu ? R / 2 : R);
+  auto kernel = gemv_kernel<M, R, U, S, OutT, kNormIn, kOut>;
+  const int outputs_per_cta = kWarps / S * (kOut == kOutSwiGlu ? R / 2 : R);
   const int outputs = kOut == kOutSwiGlu ? n / 2 : n;
   launch_pdl(kernel, dim3(unsigned((outputs + outputs_per_cta - 1) / outputs_per_cta)), dim3(kWarps * 32), 0, s,
              static_cast<const uint4*>(x), static_cast<const uint4*>(w), static_cast<OutT*>(y),
              static_cast<const __nv_bfloat16*>(bias), n, k / 8, f);
 }
 
-template <int M, int R, int U, typename OutT>
+template <int M, int R, int U, int S, typename OutT>
 void launch_mode(Mode mode, const void* x, const void* w, void* y, int n, int k, const void* bias, const GemvFusion& f,
                  cudaStream_t s) {
   if constexpr (std::is_same_v<OutT, float>) {
-    launch_one<M, R, U, float, false, kOutStore>(x, w, y, n, k, bias, f, s);  // the fusions write bf16 (checked)
+    launch_one<M, R, U, S, float, false, kOutStore>(x, w, y, n, k, bias, f, s);  // the fusions write bf16 (checked)
   } else {
     switch (mode) {
-      case Mode::Plain: launch_one<M, R, U, OutT, false, kOutStore>(x, w, y, n, k, bias, f, s); break;
-      case Mode::NormStore: launch_one<M, R, U, OutT, true, kOutStore>(x, w, y, n, k, bias, f, s); break;
-      case Mode::AddToResidual: launch_one<M, R, U, OutT, false, kOutAddToResidual>(x, w, y, n, k, bias, f, s); break;
+      case Mode::Plain: launch_one<M, R, U, S, OutT, false, kOutStore>(x, w, y, n, k, bias, f, s); break;
+      case Mode::NormStore: launch_one<M, R, U, S, OutT, true, kOutStore>(x, w, y, n, k, bias, f, s); break;
+      case Mode::AddToResidual: launch_one<M, R, U, S, OutT, false, kOutAddToResidual>(x, w, y, n, k, bias, f, s); break;
       case Mode::NormSwiGlu:
-        if constexpr (R % 2 == 0) launch_one<M, R, U, OutT, true, kOutSwiGlu>(x, w, y, n, k, bias, f, s);
+        if constexpr (R % 2 == 0) launch_one<M, R, U, S, OutT, true, kOutSwiGlu>(x, w, y, n, k, bias, f, s);
         break;  // odd R: refused before the launch
     }
   }
@@ -185,10 +216,12 @@ template <int M, typename OutT>
 void launch_config(GemvConfig config, Mode mode, const void* x, const void* w, void* y, int n, int k, const void* bias,
                    const GemvFusion& f, cudaStream_t s) {
   switch (config) {
-    case GemvConfig::Rows4Unroll4: launch_mode<M, 4, 4, OutT>(mode, x, w, y, n, k, bias, f, s); break;
-    case GemvConfig::Rows4Unroll8: launch_mode<M, 4, 8, OutT>(mode, x, w, y, n, k, bias, f, s); break;
-    case GemvConfig::Rows2Unroll8: launch_mode<M, 2, 8, OutT>(mode, x, w, y, n, k, bias, f, s); break;
-    case GemvConfig::Rows1Unroll8: launch_mode<M, 1, 8, OutT>(mode, x, w, y, n, k, bias, f, s); break;
+    case GemvConfig::Rows4Unroll4: launch_mode<M, 4, 4, 1, OutT>(mode, x, w, y, n, k, bias, f, s); break;
+    case GemvConfig::Rows4Unroll8: launch_mode<M, 4, 8, 1, OutT>(mode, x, w, y, n, k, bias, f, s); break;
+    case GemvConfig::Rows2Unroll8: launch_mode<M, 2, 8, 1, OutT>(mode, x, w, y, n, k, bias, f, s); break;
+    case GemvConfig::Rows1Unroll8: launch_mode<M, 1, 8, 1, OutT>(mode, x, w, y, n, k, bias, f, s); break;
+    case GemvConfig::Rows4Unroll4Split4: launch_mode<M, 4, 4, kWarps, OutT>(mode, x, w, y, n, k, bias, f, s); break;
+    case GemvConfig::Rows2Unroll8Split4: launch_mode<M, 2, 8, kWarps, OutT>(mode, x, w, y, n, k, bias, f, s); break;
   }
 }
 
@@ -213,6 +246,8 @@ const char* gemv_config_name(GemvConfig config) {
     case GemvConfig::Rows4Unroll8: return "r4u8";
     case GemvConfig::Rows2Unroll8: return "r2u8";
     case GemvConfig::Rows1Unroll8: return "r1u8";
+    case GemvConfig::Rows4Unroll4Split4: return "r4u4s4";
+    case GemvConfig::Rows2Unroll8Split4: return "r2u8s4";
   }
   return "?";
 }
@@ -220,8 +255,10 @@ const char* gemv_config_name(GemvConfig config) {
 int gemv_config_rows(GemvConfig config) {
   switch (config) {
     case GemvConfig::Rows4Unroll4:
-    case GemvConfig::Rows4Unroll8: return 4;
-    case GemvConfig::Rows2Unroll8: return 2;
+    case GemvConfig::Rows4Unroll8:
+    case GemvConfig::Rows4Unroll4Split4: return 4;
+    case GemvConfig::Rows2Unroll8:
+    case GemvConfig::Rows2Unroll8Split4: return 2;
     case GemvConfig::Rows1Unroll8: return 1;
   }
   return 1;

@@ -13,10 +13,13 @@ namespace latentserve::cuda {
 
 inline constexpr int kGemvMaxRows = 4;
 
-// Rows of w each warp works on at once (x reuse) and 16-byte loads per lane in flight per row.
-enum class GemvConfig { Rows4Unroll4, Rows4Unroll8, Rows2Unroll8, Rows1Unroll8 };
-inline constexpr GemvConfig kGemvConfigs[] = {GemvConfig::Rows4Unroll4, GemvConfig::Rows4Unroll8,
-                                              GemvConfig::Rows2Unroll8, GemvConfig::Rows1Unroll8};
+// Rows of w each warp works on at once (x reuse), 16-byte loads per lane in flight per row, and
+// s4: the 4 warps of a CTA share its rows, each reading a quarter of k (4x the warps in flight
+// for a matrix with few rows: o and q|k|v of an 8B model give 1024-1536 warps unsplit, ~8 an SM).
+enum class GemvConfig { Rows4Unroll4, Rows4Unroll8, Rows2Unroll8, Rows1Unroll8, Rows4Unroll4Split4, Rows2Unroll8Split4 };
+inline constexpr GemvConfig kGemvConfigs[] = {GemvConfig::Rows4Unroll4,       GemvConfig::Rows4Unroll8,
+                                              GemvConfig::Rows2Unroll8,       GemvConfig::Rows1Unroll8,
+                                              GemvConfig::Rows4Unroll4Split4, GemvConfig::Rows2Unroll8Split4};
 const char* gemv_config_name(GemvConfig config);
 int gemv_config_rows(GemvConfig config);  // rows of w per warp: 4, 2 or 1
 

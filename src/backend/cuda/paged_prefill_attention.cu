@@ -58,6 +58,26 @@ __device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
   return uint32_t(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
+// FP8 widening, one item of a stage: 16 e4m3 codes of a K (item < kBlockN * kRawChunks) or V
+// row -> 16 bf16 in the swizzled wide tile (exact: every e4m3 value is a bf16).
+// raw_stage: the stage's [K tile][V tile] of codes; wide: the bf16 [K tile][V tile].
+template <class C>
+__device__ __forceinline__ void widen_fp8_item(const unsigned char* raw_stage, unsigned char* wide, int idx) {
+  const int which = idx / (C::kBlockN * C::kRawChunks), rem = idx % (C::kBlockN * C::kRawChunks);
+  const int r = rem / C::kRawChunks, c = rem % C::kRawChunks;
+  const uint4 codes = *reinterpret_cast<const uint4*>(raw_stage + which * C::kRawTileBytes + r * C::kRawChunks * 16 + c * 16);
+  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  uint32_t out[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    out[2 * j] = fp8x2_to_bf16x2(w[j] & 0xffffu);
+    out[2 * j + 1] = fp8x2_to_bf16x2(w[j] >> 16);
+  }
+  unsigned char* tile = wide + which * C::kTileBytes;
+  *reinterpret_cast<uint4*>(tile + swizzle<C::kRowBytes>(r, 2 * c)) = make_uint4(out[0], out[1], out[2], out[3]);
+  *reinterpret_cast<uint4*>(tile + swizzle<C::kRowBytes>(r, 2 * c + 1)) = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -159,21 +179,7 @@ __global__ void __launch_bounds__(Config<HeadDim, Fp8>::kThreads, Config<HeadDim
     static_assert(kItems % C::kThreads == 0, "widening must split evenly");
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
-      const int idx = tid + i * C::kThreads;
-      const int which = idx / (kBlockN * C::kRawChunks), rem = idx % (kBlockN * C::kRawChunks);
-      const int r = rem / C::kRawChunks, c = rem % C::kRawChunks;
-      const unsigned char* raw = smem + C::kQBytes + stage * C::kStageBytes + which * C::kRawTileBytes;
-      const uint4 codes = *reinterpret_cast<const uint4*>(raw + r * HeadDim + c * 16);
-      const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
-      uint32_t out[8];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        out[2 * j] = fp8x2_to_bf16x2(w[j] & 0xffffu);
-        out[2 * j + 1] = fp8x2_to_bf16x2(w[j] >> 16);
-      }
-      unsigned char* wide = smem + (s_wide - s_q) + which * C::kTileBytes;
-      *reinterpret_cast<uint4*>(wide + swizzle<C::kRowBytes>(r, 2 * c)) = make_uint4(out[0], out[1], out[2], out[3]);
-      *reinterpret_cast<uint4*>(wide + swizzle<C::kRowBytes>(r, 2 * c + 1)) = make_uint4(out[4], out[5], out[6], out[7]);
+      widen_fp8_item<C>(smem + C::kQBytes + stage * C::kStageBytes, smem + (s_wide - s_q), tid + i * C::kThreads);
     }
   };
 
@@ -483,21 +489,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocksPerSm)
     // in flight would spill.
 #pragma unroll 1
     for (int i = 0; i < kPasses; ++i) {
-      const int idx = tid + i * C::kThreads;
-      const int which = idx / (kBlockN * C::kRawChunks), rem = idx % (kBlockN * C::kRawChunks);
-      const int r = rem / C::kRawChunks, c = rem % C::kRawChunks;
-      const unsigned char* raw = smem + C::kQBytes + stage * C::kStageBytes + which * C::kRawTileBytes;
-      const uint4 codes = *reinterpret_cast<const uint4*>(raw + r * HeadDim + c * 16);
-      const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
-      uint32_t out[8];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        out[2 * j] = fp8x2_to_bf16x2(w[j] & 0xffffu);
-        out[2 * j + 1] = fp8x2_to_bf16x2(w[j] >> 16);
-      }
-      unsigned char* wide = smem + (s_wide - s_q) + which * C::kTileBytes;
-      *reinterpret_cast<uint4*>(wide + swizzle<C::kRowBytes>(r, 2 * c)) = make_uint4(out[0], out[1], out[2], out[3]);
-      *reinterpret_cast<uint4*>(wide + swizzle<C::kRowBytes>(r, 2 * c + 1)) = make_uint4(out[4], out[5], out[6], out[7]);
+      widen_fp8_item<C>(smem + C::kQBytes + stage * C::kStageBytes, smem + (s_wide - s_q), tid + i * C::kThreads);
     }
   };
 

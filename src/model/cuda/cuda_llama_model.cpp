@@ -85,8 +85,11 @@ class CudaLlamaModel final : public CausalLM {
     if (const char* name = std::getenv("LATENTSERVE_CUDA_GEMV_CONFIG")) {
       const auto* found = std::find_if(std::begin(cuda::kGemvConfigs), std::end(cuda::kGemvConfigs),
                                        [&](cuda::GemvConfig g) { return std::string_view(name) == cuda::gemv_config_name(g); });
-      if (found == std::end(cuda::kGemvConfigs))
-        fail("LATENTSERVE_CUDA_GEMV_CONFIG='{}' names no gemv configuration (r4u4, r4u8, r2u8, r1u8)", name);
+      if (found == std::end(cuda::kGemvConfigs)) {
+        std::string names;
+        for (cuda::GemvConfig g : cuda::kGemvConfigs) names += std::string(names.empty() ? "" : ", ") + cuda::gemv_config_name(g);
+        fail("LATENTSERVE_CUDA_GEMV_CONFIG='{}' names no gemv configuration ({})", name, names);
+      }
       gemm_->set_gemv_config(*found);
     }
     // Steps of up to this many rows run the fused gemv chain (record_fused_gemv; 0 = never).
