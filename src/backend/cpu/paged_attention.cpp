@@ -38,6 +38,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/paged_attention_amx.h"
+#include "backend/cpu/simd_exp.h"
 
 namespace latentserve::cpu {
 
@@ -51,25 +52,6 @@ constexpr int64_t kHeadChunk = 16;      // gemm shape: query heads per pass (two
 constexpr int64_t kPrefetchRows = 8;   // rows shape: K rows prefetched this far ahead
 constexpr auto kPrefetchHint = _MM_HINT_T0;
 static_assert(amx::kTileKeys == kTileKeys && amx::kHeads == kHeadChunk);
-
-// exp(x) for 8 lanes, about 1 ulp (as backend/cpu/activation.cpp): x = n·ln2 + r, |r| <= ln2/2,
-// exp(r) by a degree-6 polynomial, 2^n through the exponent bits. Inputs are clamped to
-// [-87, 88]; softmax only feeds x <= 0, and exp(-87) ~ 1.6e-38 stands in for exp(-inf) = 0.
-inline __m256 exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-  const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
-}
 
 inline float hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
