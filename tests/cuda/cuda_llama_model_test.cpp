@@ -7,12 +7,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <string>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <numeric>
 #include <random>
+#include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -388,6 +389,32 @@ TEST(CudaLlamaModel, WhatTheGpuPathDoesNotRunIsAClearError) {
   ForwardBatch empty;
   std::vector<float> logits(1);
   EXPECT_THROW(model->forward(empty, host_cache, logits.data()), Error) << "a host KV cache handed to a GPU model";
+}
+
+// The benchmarking knobs read from the environment: a value that is not what the knob takes is
+// an error naming the variable, not a silent default (an outside value is put back afterwards).
+TEST(CudaLlamaModel, ABadTuningVariableIsAnErrorNamingIt) {
+  LS_REQUIRE_GPU();
+  ThreadPool pool(2);
+  const fs::path fixtures(LATENTSERVE_FIXTURES_DIR);
+  const std::pair<const char*, const char*> bad[] = {{"LATENTSERVE_CUDA_GEMV_ROWS", "abc"},
+                                                     {"LATENTSERVE_CUDA_FUSED_GEMV_ROWS", "1x"},
+                                                     {"LATENTSERVE_CUDA_FUSED_GEMV_ROWS", "9"},
+                                                     {"LATENTSERVE_CUDA_GEMV_CONFIG", "r3u3"}};
+  for (const auto& [variable, value] : bad) {
+    SCOPED_TRACE(::testing::Message() << variable << "=" << value);
+    const char* outside = std::getenv(variable);
+    const std::string saved = outside ? outside : "";
+    ::setenv(variable, value, 1);
+    try {
+      load_causal_lm(fixtures / "llama_gqa_f32", pool, on_cuda());
+      ADD_FAILURE() << "should be refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(variable), std::string::npos) << e.what();
+    }
+    if (outside) ::setenv(variable, saved.c_str(), 1);
+    else ::unsetenv(variable);
+  }
 }
 
 }  // namespace

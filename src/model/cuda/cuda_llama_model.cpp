@@ -1,11 +1,12 @@
 #include "model/cuda/cuda_llama_model.h"
 
 #include <algorithm>
-#include <string_view>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
@@ -30,6 +31,17 @@
 
 namespace latentserve {
 namespace {
+
+// A benchmarking knob's integer value: the whole string, or an error naming the variable
+// (std::atoi would read "abc" as 0 and silently turn the feature off).
+int env_int(const char* variable, const char* value) {
+  int parsed = 0;
+  const std::string_view text(value);
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty())
+    fail("{}='{}' is not an integer", variable, value);
+  return parsed;
+}
 
 using cuda::DeviceBuffer;
 
@@ -81,7 +93,8 @@ class CudaLlamaModel final : public CausalLM {
     gemm_ = std::make_unique<cuda::Gemm>();
     // Benchmarking knobs (docs/cuda-backend.md): rows up to which decode GEMMs take the gemv
     // kernel instead of cuBLASLt (0 = cuBLASLt always), and which gemv configuration.
-    if (const char* rows = std::getenv("LATENTSERVE_CUDA_GEMV_ROWS")) gemm_->set_gemv_max_rows(std::atoi(rows));
+    if (const char* rows = std::getenv("LATENTSERVE_CUDA_GEMV_ROWS"))
+      gemm_->set_gemv_max_rows(env_int("LATENTSERVE_CUDA_GEMV_ROWS", rows));
     if (const char* name = std::getenv("LATENTSERVE_CUDA_GEMV_CONFIG")) {
       const auto* found = std::find_if(std::begin(cuda::kGemvConfigs), std::end(cuda::kGemvConfigs),
                                        [&](cuda::GemvConfig g) { return std::string_view(name) == cuda::gemv_config_name(g); });
@@ -94,7 +107,7 @@ class CudaLlamaModel final : public CausalLM {
     }
     // Steps of up to this many rows run the fused gemv chain (record_fused_gemv; 0 = never).
     if (const char* rows = std::getenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS")) {
-      fused_gemv_rows_ = std::atoi(rows);
+      fused_gemv_rows_ = env_int("LATENTSERVE_CUDA_FUSED_GEMV_ROWS", rows);
       if (fused_gemv_rows_ < 0 || fused_gemv_rows_ > cuda::kGemvMaxRows)
         fail("LATENTSERVE_CUDA_FUSED_GEMV_ROWS={} must be in [0, {}]", rows, cuda::kGemvMaxRows);
     }
