@@ -24,14 +24,13 @@ namespace {
 
 using testing::from_bf16_bits;
 using testing::poisoned_bf16;
-using testing::random_normal;
 using testing::poisoned_f32;
+using testing::random_normal;
 using testing::relative_l2;
 using testing::round_to_bf16;
 using testing::to_bf16_bits;
 using testing::to_device;
 using testing::to_host;
-
 
 void sync() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
 
