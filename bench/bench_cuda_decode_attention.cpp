@@ -237,16 +237,15 @@ void run_layout_probe(const std::vector<int>& batches, const std::vector<int>& c
 
 // One shape: its block tables (one per replica), lengths, q, out, workspace (sized for every
 // variant); then each variant timed, and its output compared with the first (Base) variant's.
-// --pow2-bound: size the grid as the model does, for the power of two >= max(context, 512)
-// (its graphs serve every length up to it), instead of for the context itself.
-bool g_pow2_bound = false;
+// --model-bound: size the grid as the model does, for its graphs' context bucket of the context
+// (cuda::decode_context_bucket: its graphs serve every length up to it), instead of for the
+// context itself; --pow2-bound: for the power of two >= max(context, 512), the model's bucket
+// until 2026-12-07 (one bucket per octave).
+int g_bound_steps = 0;  // buckets per octave; 0: the grid's bound is the context
 cuda::KvLayout g_layout = cuda::KvLayout::HeadMajor;  // --kv-layout slot|head (head: the CUDA cache's default)
 
 int grid_bound(int context) {
-  if (!g_pow2_bound) return context;
-  int b = 512;
-  while (b < context) b *= 2;
-  return b;
+  return g_bound_steps == 0 ? context : int(cuda::decode_context_bucket(context, g_bound_steps));
 }
 
 std::vector<Row> run_shape(const Kind& kind, cuda::KvDtype dtype, int batch, int context,
@@ -376,14 +375,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch_list = int_list(argv[++i]);
-    else if (!std::strcmp(argv[i], "--pow2-bound")) g_pow2_bound = true;
+    else if (!std::strcmp(argv[i], "--pow2-bound")) g_bound_steps = 1;
+    else if (!std::strcmp(argv[i], "--model-bound")) g_bound_steps = cuda::kDecodeContextBucketsPerOctave;
     else if (!std::strcmp(argv[i], "--layout-probe")) layout_probe = true;
     else if (!std::strcmp(argv[i], "--kv-layout") && i + 1 < argc && !std::strcmp(argv[i + 1], "slot")) g_layout = cuda::KvLayout::SlotMajor, ++i;
     else if (!std::strcmp(argv[i], "--kv-layout") && i + 1 < argc && !std::strcmp(argv[i + 1], "head")) g_layout = cuda::KvLayout::HeadMajor, ++i;
     else if (!std::strcmp(argv[i], "--context") && i + 1 < argc) context_list = int_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--block-size") && i + 1 < argc) g_block_size = std::atoi(argv[++i]);
     else {
-      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--batch 1,16] [--context 1024,4096] [--pow2-bound] [--layout-probe] [--kv-layout slot|head] [--block-size 16] [--list]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--batch 1,16] [--context 1024,4096] [--model-bound | --pow2-bound] [--layout-probe] [--kv-layout slot|head] [--block-size 16] [--list]\n", argv[0]);
       return 2;
     }
   }

@@ -400,7 +400,8 @@ TEST(CudaLlamaModel, ABadTuningVariableIsAnErrorNamingIt) {
   const std::pair<const char*, const char*> bad[] = {{"LATENTSERVE_CUDA_GEMV_ROWS", "abc"},
                                                      {"LATENTSERVE_CUDA_FUSED_GEMV_ROWS", "1x"},
                                                      {"LATENTSERVE_CUDA_FUSED_GEMV_ROWS", "9"},
-                                                     {"LATENTSERVE_CUDA_GEMV_CONFIG", "r3u3"}};
+                                                     {"LATENTSERVE_CUDA_GEMV_CONFIG", "r3u3"},
+                                                     {"LATENTSERVE_CUDA_CONTEXT_BUCKETS", "0"}};
   for (const auto& [variable, value] : bad) {
     SCOPED_TRACE(::testing::Message() << variable << "=" << value);
     const char* outside = std::getenv(variable);

@@ -681,6 +681,40 @@ TEST(PagedDecodeAttentionTuning, WorkspaceBoundCoversEveryPlan) {
   }
 }
 
+// The decode graphs' context buckets (host arithmetic only): at least the length and 512, a
+// bucket of its own, monotone, steps_per_octave of them in each doubling, and within
+// (steps + 1) / steps of the length (a power-of-two grid could be 2x the length).
+TEST(PagedDecodeAttentionTuning, ContextBucketsStepsPerOctave) {
+  for (int steps : {1, 2, 4, 8}) {
+    SCOPED_TRACE(::testing::Message() << "steps per octave " << steps);
+    int64_t previous = 0;
+    int in_octave = 0;
+    for (int64_t len = 1; len <= 70000; ++len) {
+      const int64_t b = cuda::decode_context_bucket(len, steps);
+      ASSERT_GE(b, std::max<int64_t>(len, 512)) << "len " << len;
+      ASSERT_GE(b, previous) << "len " << len;
+      ASSERT_EQ(cuda::decode_context_bucket(b, steps), b) << "len " << len;
+      if (len > 512) {
+        ASSERT_LE(b * steps, len * (steps + 1)) << "len " << len << " bucket " << b;
+      }
+      if (steps == 1) {
+        ASSERT_EQ(b & (b - 1), 0) << "len " << len;
+      }
+      if (b != previous && b >= 1024 && b < 2048) ++in_octave;
+      previous = b;
+    }
+    EXPECT_EQ(in_octave, steps);
+  }
+  // By hand from the definition (m * 2^e, m in [4, 8)): 640 = 5 * 128, 1280 = 5 * 256, 40960 = 5 * 8192.
+  EXPECT_EQ(cuda::decode_context_bucket(513, 4), 640);
+  EXPECT_EQ(cuda::decode_context_bucket(1031, 4), 1280);
+  EXPECT_EQ(cuda::decode_context_bucket(1537, 4), 1792);
+  EXPECT_EQ(cuda::decode_context_bucket(32781, 4), 40960);
+  EXPECT_EQ(cuda::decode_context_bucket(32781, 1), 65536);
+  EXPECT_THROW(cuda::decode_context_bucket(1000, 0), Error);
+  EXPECT_THROW(cuda::decode_context_bucket(1000, 65), Error);
+}
+
 TEST(PagedDecodeAttention, InvalidParamsThrow) {
   LS_REQUIRE_GPU();
   cuda::CudaDevice device;

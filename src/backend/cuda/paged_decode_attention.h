@@ -150,4 +150,13 @@ struct PagedDecodePlan {
 PagedDecodePlan paged_decode_plan(int n_seqs, int n_head, int n_head_kv, int head_dim, KvDtype dtype,
                                   int max_seq_len_bound, const PagedDecodeTuning& tuning = {});
 
+// The grid bound a graph-captured decode step plans for when its longest sequence has max_len
+// tokens: the smallest m * 2^e >= max(max_len, 512) with m an integer in [steps, 2 * steps), so
+// steps_per_octave bounds a doubling of the length (1: the powers of two; 4: 512, 640, 768, 896,
+// 1024, 1280, ...). The planned chunks are sized for the bound, so the longest sequence covers at
+// least steps / (steps + 1) of the grid's keys (a length just above a power of two left half of
+// a pow2 grid idle, and its live CTAs each with twice the keys). Needs steps_per_octave in [1, 64].
+int64_t decode_context_bucket(int64_t max_len, int steps_per_octave);
+inline constexpr int kDecodeContextBucketsPerOctave = 4;
+
 }  // namespace latentserve::cuda

@@ -111,6 +111,12 @@ class CudaLlamaModel final : public CausalLM {
       if (fused_gemv_rows_ < 0 || fused_gemv_rows_ > cuda::kGemvMaxRows)
         fail("LATENTSERVE_CUDA_FUSED_GEMV_ROWS={} must be in [0, {}]", rows, cuda::kGemvMaxRows);
     }
+    // Decode graphs' context buckets per doubling of the length (cuda::decode_context_bucket).
+    if (const char* steps = std::getenv("LATENTSERVE_CUDA_CONTEXT_BUCKETS")) {
+      context_buckets_per_octave_ = env_int("LATENTSERVE_CUDA_CONTEXT_BUCKETS", steps);
+      if (context_buckets_per_octave_ < 1 || context_buckets_per_octave_ > 64)
+        fail("LATENTSERVE_CUDA_CONTEXT_BUCKETS={} must be in [1, 64] (buckets per doubling of the context)", steps);
+    }
     // Decode-attention kernel for every decode step instead of the model's choice below.
     if (const char* name = std::getenv("LATENTSERVE_CUDA_DECODE_KERNEL")) {
       for (int k = 0; k < int(cuda::PagedDecodeKernel::kCount); ++k)
@@ -306,7 +312,7 @@ class CudaLlamaModel final : public CausalLM {
     shape.max_query_len = 1;
     for (int64_t s = 0; s < n_seqs; ++s)
       shape.max_query_len = std::max<int64_t>(shape.max_query_len, meta.query_start_loc[size_t(s + 1)] - meta.query_start_loc[size_t(s)]);
-    shape.max_seq_len_bound = round_up_pow2(max_len, 512);
+    shape.max_seq_len_bound = cuda::decode_context_bucket(max_len, context_buckets_per_octave_);
     shape.blocks_per_seq = std::max<int64_t>(meta.max_blocks_per_seq, 1);
 
     if (buffers_.reserve(shape_of_config(), shape.n_tokens, shape.n_seqs, shape.n_out, shape.blocks_per_seq,
@@ -586,6 +592,7 @@ class CudaLlamaModel final : public CausalLM {
   std::map<int64_t, std::vector<float>> dynamic_tables_;  // seq_len -> inv_freq (dynamic NTK)
   cuda::StepBuffers buffers_;
   std::map<GraphKey, std::unique_ptr<DecodeGraph>> graphs_;
+  int context_buckets_per_octave_ = cuda::kDecodeContextBucketsPerOctave;
   const cuda::CudaKvCache* kv_of_graphs_ = nullptr;  // graphs bake in the cache's pointers
   bool graphs_enabled_;
   bool fast_attention_ = false;  // head_dim 64 or 128: the tensor-core kernels
