@@ -239,8 +239,8 @@ void run_layout_probe(const std::vector<int>& batches, const std::vector<int>& c
 // variant); then each variant timed, and its output compared with the first (Base) variant's.
 // --model-bound: size the grid as the model does, for its graphs' context bucket of the context
 // (cuda::decode_context_bucket: its graphs serve every length up to it), instead of for the
-// context itself; --pow2-bound: for the power of two >= max(context, 512), the model's bucket
-// until 2026-12-07 (one bucket per octave).
+// context itself; --pow2-bound: for the power of two >= max(context, 512) (one bucket an octave);
+// --bucket-steps N: for N buckets an octave.
 int g_bound_steps = 0;  // buckets per octave; 0: the grid's bound is the context
 cuda::KvLayout g_layout = cuda::KvLayout::HeadMajor;  // --kv-layout slot|head (head: the CUDA cache's default)
 
@@ -377,13 +377,20 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch_list = int_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--pow2-bound")) g_bound_steps = 1;
     else if (!std::strcmp(argv[i], "--model-bound")) g_bound_steps = cuda::kDecodeContextBucketsPerOctave;
+    else if (!std::strcmp(argv[i], "--bucket-steps") && i + 1 < argc) {
+      g_bound_steps = std::atoi(argv[++i]);
+      if (g_bound_steps < 1 || g_bound_steps > 64) {
+        fmt::print(stderr, "--bucket-steps must be in [1, 64] (buckets an octave), found '{}'\n", argv[i]);
+        return 2;
+      }
+    }
     else if (!std::strcmp(argv[i], "--layout-probe")) layout_probe = true;
     else if (!std::strcmp(argv[i], "--kv-layout") && i + 1 < argc && !std::strcmp(argv[i + 1], "slot")) g_layout = cuda::KvLayout::SlotMajor, ++i;
     else if (!std::strcmp(argv[i], "--kv-layout") && i + 1 < argc && !std::strcmp(argv[i + 1], "head")) g_layout = cuda::KvLayout::HeadMajor, ++i;
     else if (!std::strcmp(argv[i], "--context") && i + 1 < argc) context_list = int_list(argv[++i]);
     else if (!std::strcmp(argv[i], "--block-size") && i + 1 < argc) g_block_size = std::atoi(argv[++i]);
     else {
-      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--batch 1,16] [--context 1024,4096] [--model-bound | --pow2-bound] [--layout-probe] [--kv-layout slot|head] [--block-size 16] [--list]\n", argv[0]);
+      fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--batch 1,16] [--context 1024,4096] [--model-bound | --pow2-bound | --bucket-steps N] [--layout-probe] [--kv-layout slot|head] [--block-size 16] [--list]\n", argv[0]);
       return 2;
     }
   }

@@ -157,6 +157,8 @@ PagedDecodePlan paged_decode_plan(int n_seqs, int n_head, int n_head_kv, int hea
 // least steps / (steps + 1) of the grid's keys (a length just above a power of two left half of
 // a pow2 grid idle, and its live CTAs each with twice the keys). Needs steps_per_octave in [1, 64].
 int64_t decode_context_bucket(int64_t max_len, int steps_per_octave);
-inline constexpr int kDecodeContextBucketsPerOctave = 4;
+// The model's default: powers of two. Four steps an octave measured no faster end to end (H100,
+// 2026-12-07, docs/cuda-decode-attention.md "Finer context buckets") and captures 4x the graphs.
+inline constexpr int kDecodeContextBucketsPerOctave = 1;
 
 }  // namespace latentserve::cuda
