@@ -379,8 +379,9 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--model-bound")) g_bound_steps = cuda::kDecodeContextBucketsPerOctave;
     else if (!std::strcmp(argv[i], "--bucket-steps") && i + 1 < argc) {
       g_bound_steps = std::atoi(argv[++i]);
-      if (g_bound_steps < 1 || g_bound_steps > 64) {
-        fmt::print(stderr, "--bucket-steps must be in [1, 64] (buckets an octave), found '{}'\n", argv[i]);
+      if (g_bound_steps < 1 || g_bound_steps > cuda::kDecodeContextBucketsMaxSteps) {
+        fmt::print(stderr, "--bucket-steps must be in [1, {}] (buckets an octave), found '{}'\n",
+                   cuda::kDecodeContextBucketsMaxSteps, argv[i]);
         return 2;
       }
     }

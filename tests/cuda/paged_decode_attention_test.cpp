@@ -712,7 +712,7 @@ TEST(PagedDecodeAttentionTuning, ContextBucketsStepsPerOctave) {
   EXPECT_EQ(cuda::decode_context_bucket(32781, 4), 40960);
   EXPECT_EQ(cuda::decode_context_bucket(32781, 1), 65536);
   EXPECT_THROW(cuda::decode_context_bucket(1000, 0), Error);
-  EXPECT_THROW(cuda::decode_context_bucket(1000, 65), Error);
+  EXPECT_THROW(cuda::decode_context_bucket(1000, cuda::kDecodeContextBucketsMaxSteps + 1), Error);
 }
 
 TEST(PagedDecodeAttention, InvalidParamsThrow) {

@@ -684,8 +684,9 @@ bool paged_decode_kernel_fp8_only(PagedDecodeKernel kernel) {
 }
 
 int64_t decode_context_bucket(int64_t max_len, int steps_per_octave) {
-  if (steps_per_octave < 1 || steps_per_octave > 64)
-    kernel_fail("decode_context_bucket: steps_per_octave must be in [1, 64], found ", steps_per_octave);
+  if (steps_per_octave < 1 || steps_per_octave > kDecodeContextBucketsMaxSteps)
+    kernel_fail("decode_context_bucket: steps_per_octave must be in [1, ", kDecodeContextBucketsMaxSteps, "], found ",
+                steps_per_octave);
   const int64_t len = std::max<int64_t>(max_len, 512);
   int64_t unit = 1;  // the bucket is m * unit, m in [steps, 2 * steps)
   while (2 * steps_per_octave * unit < len) unit *= 2;

@@ -155,7 +155,9 @@ PagedDecodePlan paged_decode_plan(int n_seqs, int n_head, int n_head_kv, int hea
 // steps_per_octave bounds a doubling of the length (1: the powers of two; 4: 512, 640, 768, 896,
 // 1024, 1280, ...). The planned chunks are sized for the bound, so the longest sequence covers at
 // least steps / (steps + 1) of the grid's keys (a length just above a power of two left half of
-// a pow2 grid idle, and its live CTAs each with twice the keys). Needs steps_per_octave in [1, 64].
+// a pow2 grid idle, and its live CTAs each with twice the keys). Needs steps_per_octave in
+// [1, kDecodeContextBucketsMaxSteps].
+inline constexpr int kDecodeContextBucketsMaxSteps = 64;
 int64_t decode_context_bucket(int64_t max_len, int steps_per_octave);
 // The model's default: powers of two. Four steps an octave measured no faster end to end (H100,
 // 2026-12-07, docs/cuda-decode-attention.md "Finer context buckets") and captures 4x the graphs.

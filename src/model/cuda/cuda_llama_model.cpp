@@ -114,8 +114,9 @@ class CudaLlamaModel final : public CausalLM {
     // Decode graphs' context buckets per doubling of the length (cuda::decode_context_bucket).
     if (const char* steps = std::getenv("LATENTSERVE_CUDA_CONTEXT_BUCKETS")) {
       context_buckets_per_octave_ = env_int("LATENTSERVE_CUDA_CONTEXT_BUCKETS", steps);
-      if (context_buckets_per_octave_ < 1 || context_buckets_per_octave_ > 64)
-        fail("LATENTSERVE_CUDA_CONTEXT_BUCKETS={} must be in [1, 64] (buckets per doubling of the context)", steps);
+      if (context_buckets_per_octave_ < 1 || context_buckets_per_octave_ > cuda::kDecodeContextBucketsMaxSteps)
+        fail("LATENTSERVE_CUDA_CONTEXT_BUCKETS={} must be in [1, {}] (buckets per doubling of the context)", steps,
+             cuda::kDecodeContextBucketsMaxSteps);
     }
     // Decode-attention kernel for every decode step instead of the model's choice below.
     if (const char* name = std::getenv("LATENTSERVE_CUDA_DECODE_KERNEL")) {
