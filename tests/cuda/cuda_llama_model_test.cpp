@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -28,6 +29,26 @@ namespace latentserve {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Sets an environment variable (a benchmarking knob the model reads when built) for the
+// scope, and puts back a value set from outside afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* variable, const char* value) : variable_(variable) {
+    if (const char* outside = std::getenv(variable)) saved_ = outside;
+    ::setenv(variable, value, 1);
+  }
+  ~ScopedEnv() {
+    if (saved_) ::setenv(variable_, saved_->c_str(), 1);
+    else ::unsetenv(variable_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* variable_;
+  std::optional<std::string> saved_;
+};
 
 ModelOptions on_cuda(bool graphs = true) {
   ModelOptions o;
@@ -186,16 +207,13 @@ TEST(CudaLlamaModel, Head128GqaMatchesTheCpuPath) {
 TEST(CudaLlamaModel, FusedGemvChainMatchesTheUnfusedKernelsAndTheCpuPath) {
   LS_REQUIRE_GPU();
   ThreadPool pool(2);
-  // 0 (separate kernels) and 1 (the fused chain, the default) explicitly; a value set from
-  // outside is put back afterwards.
-  const char* outside = std::getenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS");
-  const std::string saved = outside ? outside : "";
-  ::setenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS", "0", 1);
-  auto unfused = build_causal_lm(gqa128_config(), std::make_unique<HostSyntheticWeights>(31), pool, on_cuda());
-  ::setenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS", "1", 1);
-  auto fused = build_causal_lm(gqa128_config(), std::make_unique<HostSyntheticWeights>(31), pool, on_cuda());
-  if (outside) ::setenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS", saved.c_str(), 1);
-  else ::unsetenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS");
+  // 0 (separate kernels) and 1 (the fused chain, the default) explicitly.
+  auto build = [&](const char* rows) {
+    ScopedEnv knob("LATENTSERVE_CUDA_FUSED_GEMV_ROWS", rows);
+    return build_causal_lm(gqa128_config(), std::make_unique<HostSyntheticWeights>(31), pool, on_cuda());
+  };
+  auto unfused = build("0");
+  auto fused = build("1");
   auto cpu = build_causal_lm(gqa128_config(), std::make_unique<SyntheticWeights>(DType::BF16, 31), pool);
   const auto requests = mixed_requests(2, 6, 1000);
   auto a = OfflineRunner(*fused, {16, 1}, pool).run(requests, true);
@@ -219,6 +237,36 @@ TEST(CudaLlamaModel, FusedGemvChainMatchesTheUnfusedKernelsAndTheCpuPath) {
   EXPECT_GE(same_tokens, total - 2);
 }
 
+// The fused chain's q|k|v gemv does RoPE + the K/V write in its epilogue (the default) with
+// the arithmetic of the RoPE kernel it replaces (LATENTSERVE_CUDA_FUSED_ROPE=0), so one token
+// per step gives bit-equal logits and tokens both ways: with a bf16 cache, and with an FP8 one
+// (per-head scales), whose first step calibrates through the separate kernels and whose later
+// steps write through the gemv.
+TEST(CudaLlamaModel, RopeInTheQkvGemvGivesTheSameBitsAsTheRopeKernel) {
+  LS_REQUIRE_GPU();
+  ThreadPool pool(2);
+  auto build = [&](const char* on) {
+    ScopedEnv knob("LATENTSERVE_CUDA_FUSED_ROPE", on);
+    return build_causal_lm(gqa128_config(), std::make_unique<HostSyntheticWeights>(41), pool, on_cuda());
+  };
+  auto kernel = build("0");
+  auto in_gemv = build("1");
+  const auto requests = mixed_requests(2, 5, 1000);
+  for (DType kv_dtype : {DType::BF16, DType::F8_E4M3}) {
+    SCOPED_TRACE(kv_dtype == DType::BF16 ? "bf16 KV" : "fp8 KV");
+    RunnerOptions one_row{16, 1};  // a step budget of 1: every step is one row (the fused chain)
+    one_row.kv_options.dtype = kv_dtype;
+    one_row.kv_options.scale = cpu::KvScaleGranularity::PerHead;
+    const auto a = OfflineRunner(*in_gemv, one_row, pool).run(requests, true);
+    const auto b = OfflineRunner(*kernel, one_row, pool).run(requests, true);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_FALSE(a[i].prompt_logits.empty());
+      EXPECT_EQ(a[i].prompt_logits, b[i].prompt_logits) << "prompt " << i;
+      EXPECT_EQ(a[i].generated, b[i].generated) << "request " << i;
+    }
+  }
+}
+
 // Graph replay runs the very kernels eager execution runs, on the same padded shapes: the
 // tokens and logits must be bitwise equal.
 TEST(CudaLlamaModel, CudaGraphsGiveTheSameTokensAsEagerSteps) {
@@ -230,6 +278,34 @@ TEST(CudaLlamaModel, CudaGraphsGiveTheSameTokensAsEagerSteps) {
   auto a = OfflineRunner(*graphs, {16, 256}, pool).run(requests, false);
   auto b = OfflineRunner(*eager, {16, 256}, pool).run(requests, false);
   for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(a[i].generated, b[i].generated) << "request " << i;
+}
+
+// Captured decode graphs bake in the KV cache's pointers and dtype: a model that ran with one
+// cache must capture anew for the next, even where the new cache lands at the freed one's host
+// and device addresses (as a runner's cache made after another's often does). The FP8 tokens
+// after a bf16 run are those of a model that only ever saw the FP8 cache, up to the odd
+// near-tie (each model autotunes its GEMMs by timing, so the two may round differently); graphs
+// replayed on the wrong cache read FP8 bytes as bf16 and give other tokens almost everywhere.
+TEST(CudaLlamaModel, CudaGraphsAreCapturedAgainForANewCache) {
+  LS_REQUIRE_GPU();
+  ThreadPool pool(2);
+  auto reused = build_causal_lm(gqa128_config(), std::make_unique<HostSyntheticWeights>(8), pool, on_cuda(true));
+  auto fresh = build_causal_lm(gqa128_config(), std::make_unique<HostSyntheticWeights>(8), pool, on_cuda(true));
+  const auto requests = mixed_requests(3, 12, 1000);
+  RunnerOptions bf16_kv{16, 256}, fp8_kv{16, 256};
+  bf16_kv.kv_options.dtype = DType::BF16;
+  fp8_kv.kv_options.dtype = DType::F8_E4M3;
+  fp8_kv.kv_options.scale = cpu::KvScaleGranularity::PerHead;
+  OfflineRunner(*reused, bf16_kv, pool).run(requests, false);  // captures graphs on a bf16 cache
+  const auto after_bf16 = OfflineRunner(*reused, fp8_kv, pool).run(requests, false);
+  const auto only_fp8 = OfflineRunner(*fresh, fp8_kv, pool).run(requests, false);
+  int same = 0, total = 0;
+  for (size_t i = 0; i < requests.size(); ++i)
+    for (size_t t = 0; t < only_fp8[i].generated.size(); ++t, ++total)
+      same += t < after_bf16[i].generated.size() && after_bf16[i].generated[t] == only_fp8[i].generated[t];
+  std::cout << "[ info ] FP8 tokens after a bf16 run equal to a fresh model's: " << same << " of " << total << "\n";
+  EXPECT_EQ(total, 3 * 12);
+  EXPECT_GE(same, total - 2);
 }
 
 // The engine picks greedy tokens on the device, with chunked prefill, a pool small enough to
@@ -401,20 +477,17 @@ TEST(CudaLlamaModel, ABadTuningVariableIsAnErrorNamingIt) {
                                                      {"LATENTSERVE_CUDA_FUSED_GEMV_ROWS", "1x"},
                                                      {"LATENTSERVE_CUDA_FUSED_GEMV_ROWS", "9"},
                                                      {"LATENTSERVE_CUDA_GEMV_CONFIG", "r3u3"},
-                                                     {"LATENTSERVE_CUDA_CONTEXT_BUCKETS", "0"}};
+                                                     {"LATENTSERVE_CUDA_CONTEXT_BUCKETS", "0"},
+                                                     {"LATENTSERVE_CUDA_FUSED_ROPE", "2"}};
   for (const auto& [variable, value] : bad) {
     SCOPED_TRACE(::testing::Message() << variable << "=" << value);
-    const char* outside = std::getenv(variable);
-    const std::string saved = outside ? outside : "";
-    ::setenv(variable, value, 1);
+    ScopedEnv knob(variable, value);
     try {
       load_causal_lm(fixtures / "llama_gqa_f32", pool, on_cuda());
       ADD_FAILURE() << "should be refused";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(variable), std::string::npos) << e.what();
     }
-    if (outside) ::setenv(variable, saved.c_str(), 1);
-    else ::unsetenv(variable);
   }
 }
 

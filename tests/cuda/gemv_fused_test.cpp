@@ -1,18 +1,23 @@
 // The gemv kernel with the decode step's neighbours fused in (gemv.h, gemv_bf16_fused): the
-// RMSNorm folded in front, SwiGLU behind, the residual add behind. Each mode against a scalar
-// f64 reference of what gemv.h says it computes (bf16 roundings where the kernel rounds), and
-// against the unfused kernels it replaces on the same inputs (bit for bit for the residual
-// add; within the bf16 rounding of the normed row, which the fused norm does not round, for
-// the others). Odd sizes, every configuration, bias or none, NaN-poisoned outputs; bad
+// RMSNorm folded in front, SwiGLU or RoPE + the paged K/V write behind, the residual add behind.
+// Each mode against a scalar f64 reference of what gemv.h says it computes (bf16 roundings where
+// the kernel rounds), and against the unfused kernels it replaces on the same inputs (bit for
+// bit for the residual add and for RoPE + K/V write, whose reference is the norm -> store mode
+// followed by rope_and_write_kv, itself held to backend/cpu/rope.h in rope_kv_write_test.cpp;
+// within the bf16 rounding of the normed row, which the fused norm does not round, for the
+// others). Odd sizes, every configuration, bias or none, NaN-poisoned outputs; bad
 // parameters throw Error naming the field.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <random>
+#include <tuple>
 
 #include "backend/cuda/activation.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/norm.h"
+#include "backend/cuda/rope_kv_write.h"
 #include "core/bf16.h"
 #include "core/error.h"
 #include "cuda/gpu_test_util.h"
@@ -196,6 +201,127 @@ TEST(CudaGemvFused, AddToResidualEqualsTheGemvThenTheAdd) {
       }
 }
 
+// RoPE + K/V write behind the q|k|v product: the same bits as the norm -> store mode followed by
+// rope_and_write_kv, for q|k|v rows (y) and both caches (every byte: written slots and the
+// poisoned rest). Neox and interleaved, full and partial rotary, a head_dim whose q|k|v row is
+// not a multiple of a warp's rows, GQA / MQA / MHA, per-token tables (dynamic NTK), bf16 and FP8
+// caches (per-head scales set, and per-tensor 0 = uncalibrated), both cache layouts, a padding
+// token, 1-4 rows, every even configuration, bias or none.
+struct RopeShape {
+  int n_head, n_head_kv, head_dim, rotary_dim;
+  bool interleaved;
+};
+const RopeShape kRopeShapes[] = {{4, 2, 64, 64, false},  {4, 2, 64, 32, false}, {6, 2, 32, 32, true},
+                                 {3, 1, 34, 34, false},  {2, 2, 66, 66, false}, {8, 1, 128, 96, true}};
+
+TEST(CudaGemvFused, RopeKvWriteBehindEqualsTheNormStoreThenRopeAndWriteKv) {
+  LS_REQUIRE_GPU();
+  uint32_t seed = 700;
+  const int n_slots = 24, block = 4;
+  int cases = 0;
+  for (const RopeShape& r : kRopeShapes)
+    for (int64_t m : {1, 2, 4, 3})
+      for (auto dtype : {cuda::KvDtype::Bf16, cuda::KvDtype::Fp8E4M3})
+        for (auto layout : {cuda::KvLayout::SlotMajor, cuda::KvLayout::HeadMajor})
+          for (auto config : kEvenConfigs) {
+            // not every combination: the shape, m, dtype and layout each vary against every config
+            if ((seed++ + int(config)) % 3 != 0) continue;
+            const bool with_bias = seed % 2 == 0, tables = seed % 4 < 2;
+            const int64_t n = int64_t(r.n_head + 2 * r.n_head_kv) * r.head_dim, k = m == 3 ? 1000 : 200;
+            SCOPED_TRACE(::testing::Message() << "heads " << r.n_head << "/" << r.n_head_kv << " hd " << r.head_dim
+                                              << " rotary " << r.rotary_dim << (r.interleaved ? " interleaved" : " neox")
+                                              << " m " << m << " k " << k << " fp8 " << (dtype != cuda::KvDtype::Bf16)
+                                              << " head-major " << (layout == cuda::KvLayout::HeadMajor) << " config "
+                                              << cuda::gemv_config_name(config) << " bias " << with_bias);
+            ++cases;
+            Operands o = make_operands({m, n, k}, seed * 5);
+            const void* bias = with_bias ? o.d_bias.data() : nullptr;
+            std::vector<int32_t> positions(static_cast<size_t>(m)), rows(static_cast<size_t>(m));
+            std::vector<int64_t> slots(static_cast<size_t>(m));
+            for (int64_t i = 0; i < m; ++i) {
+              positions[size_t(i)] = int32_t(3 + 1777 * i + seed % 50);
+              rows[size_t(i)] = int32_t(i % 3);
+              slots[size_t(i)] = i == 1 ? -1 : (5 * i + seed) % n_slots;  // row 1 is padding
+            }
+            const int half = r.rotary_dim / 2;
+            std::vector<float> inv_freq(size_t(3 * half));
+            for (int t = 0; t < 3; ++t)
+              for (int i = 0; i < half; ++i)
+                inv_freq[size_t(t * half + i)] = float(std::pow(10000.0 * (1 + 40 * t), -2.0 * i / r.rotary_dim));
+            const std::vector<float> scales = {0.5f, 0.25f, 0.125f, 1.0f, 2.0f, 0.0625f, 0.5f, 4.0f,
+                                               1.0f, 0.5f, 0.25f, 2.0f, 0.125f, 1.0f, 8.0f, 0.5f};
+            auto dpos = to_device(positions), drows = to_device(rows), dslots = to_device(slots),
+                 dfreq = to_device(inv_freq), dscales = to_device(scales);
+            const size_t elem = dtype == cuda::KvDtype::Bf16 ? 2 : 1;
+            const size_t cache_bytes = size_t(n_slots) * r.n_head_kv * r.head_dim * elem;
+            auto cache = [&] {
+              cuda::DeviceBuffer c(cache_bytes);
+              EXPECT_EQ(cudaMemset(c.data(), 0x7f, cache_bytes), cudaSuccess);  // bf16 0x7f7f, e4m3 NaN
+              return c;
+            };
+            cuda::DeviceBuffer k_ref = cache(), v_ref = cache(), k_got = cache(), v_got = cache();
+            auto y_ref = poisoned_bf16(size_t(m * n)), y_got = poisoned_bf16(size_t(m * n));
+            const auto params = [&](cuda::DeviceBuffer& y, cuda::DeviceBuffer& kc, cuda::DeviceBuffer& vc) {
+              cuda::RopeKvWriteParams p{};
+              p.qkv = y.data();
+              p.qkv_token_stride = n;
+              p.positions = dpos.as<int32_t>();
+              p.slot_mapping = dslots.as<int64_t>();
+              p.kv.k = kc.data();
+              p.kv.v = vc.data();
+              p.kv.dtype = dtype;
+              p.kv.layout = layout;
+              p.kv.block_size = block;
+              if (dtype == cuda::KvDtype::Fp8E4M3) {  // per head (set) or per tensor (0: uncalibrated)
+                const bool per_head = seed % 3 != 0;
+                p.kv.k_scale = dscales.as<float>() + (per_head ? 0 : 15);
+                p.kv.v_scale = dscales.as<float>() + (per_head ? 8 : 15);
+                p.kv.scale_head_stride = per_head ? 1 : 0;
+                if (!per_head) {
+                  EXPECT_EQ(cudaMemset(dscales.as<float>() + 15, 0, sizeof(float)), cudaSuccess);
+                }
+              }
+              p.inv_freq = dfreq.as<float>();
+              p.inv_freq_rows = tables ? drows.as<int32_t>() : nullptr;
+              p.attention_factor = 1.0625f;
+              p.n_tokens = int(m);
+              p.n_head = r.n_head;
+              p.n_head_kv = r.n_head_kv;
+              p.head_dim = r.head_dim;
+              p.rotary_dim = r.rotary_dim;
+              p.interleaved = r.interleaved;
+              return p;
+            };
+            cuda::GemvFusion f;
+            f.norm_residual = o.d_residual.as<float>();
+            f.norm_weight = o.d_norm_weight.data();
+            f.norm_eps = kEps;
+            // reference: the product stored, then the RoPE kernel
+            cuda::gemv_bf16_fused(nullptr, o.d_w.data(), y_ref.data(), m, n, k, bias, f, nullptr, config);
+            cuda::rope_and_write_kv(params(y_ref, k_ref, v_ref), nullptr);
+            f.rope_kv_write = true;
+            f.rope_kv = params(y_got, k_got, v_got);
+            cuda::gemv_bf16_fused(nullptr, o.d_w.data(), y_got.data(), m, n, k, bias, f, nullptr, config);
+            sync();
+            const auto yr = to_host<uint16_t>(y_ref, size_t(m * n)), yg = to_host<uint16_t>(y_got, size_t(m * n));
+            ASSERT_EQ(yg, yr) << "q|k|v rows (q and k rotated)";
+            EXPECT_EQ(std::count(yg.begin(), yg.end(), uint16_t(0x7fc0)), 0) << "unwritten elements of y";
+            for (auto [got, ref, side] : {std::tuple{&k_got, &k_ref, "K"}, std::tuple{&v_got, &v_ref, "V"}}) {
+              const auto g = to_host<uint8_t>(*got, cache_bytes), w = to_host<uint8_t>(*ref, cache_bytes);
+              ASSERT_EQ(g, w) << side << " cache bytes";
+              // every element of the written slots (m - 1 tokens; row 1 is padding) left the
+              // poison (bf16 0x7f7f is the largest finite bf16: not reached here; e4m3 0x7f is NaN)
+              size_t poisoned = 0;
+              for (size_t b = 0; b < cache_bytes; b += elem)
+                poisoned += g[b] == 0x7f && (elem == 1 || g[b + 1] == 0x7f);
+              const size_t slot_elements = size_t(r.n_head_kv) * r.head_dim;
+              EXPECT_EQ(poisoned, (size_t(n_slots) - size_t(m > 1 ? m - 1 : 1)) * slot_elements)
+                  << side << ": the written slots' elements, and only those, hold values";
+            }
+          }
+  EXPECT_GE(cases, 40);
+}
+
 TEST(CudaGemvFused, BadParametersThrowNamingTheField) {
   LS_REQUIRE_GPU();
   const Shape s{1, 16, 64};
@@ -231,6 +357,34 @@ TEST(CudaGemvFused, BadParametersThrowNamingTheField) {
   add.add_to_residual = o.d_residual.as<float>();
   EXPECT_NE(message(add, nullptr, nullptr, 1, 16, 64).find("x is null"), std::string::npos);
   EXPECT_EQ(message(norm, nullptr, y.data(), 1, 16, 64), "no error");
+  // RoPE + K/V write behind: y is a q|k|v row of (1 + 2 * 1) heads of 8, so n = 24
+  cuda::GemvFusion rope = norm;
+  rope.rope_kv_write = true;
+  cuda::RopeKvWriteParams& p = rope.rope_kv;
+  p.qkv = y.data();
+  p.qkv_token_stride = 24;
+  p.positions = o.d_bias.as<int32_t>();  // never read: every call below is refused
+  p.slot_mapping = o.d_bias.as<int64_t>();
+  p.inv_freq = o.d_residual.as<float>();
+  p.kv.k = p.kv.v = o.d_residual.data();
+  p.n_tokens = 1;
+  p.n_head = p.n_head_kv = 1;
+  p.head_dim = p.rotary_dim = 8;
+  p.attention_factor = 1.0f;
+  EXPECT_NE(message(rope, nullptr, y.data(), 1, 16, 64).find("n must be (n_head + 2 n_head_kv) * head_dim = 24"),
+            std::string::npos);
+  EXPECT_NE(message(rope, nullptr, y.data(), 1, 24, 64, cuda::GemvConfig::Rows1Unroll8).find("whole rotated pairs"),
+            std::string::npos);
+  EXPECT_NE(message(rope, nullptr, y.data(), 2, 24, 64).find("rope_kv.n_tokens must be m = 2"), std::string::npos);
+  cuda::GemvFusion other_y = rope;
+  other_y.rope_kv.qkv = o.d_w.data();
+  EXPECT_NE(message(other_y, nullptr, y.data(), 1, 24, 64).find("rope_kv.qkv must be y"), std::string::npos);
+  cuda::GemvFusion no_slots = rope;
+  no_slots.rope_kv.slot_mapping = nullptr;
+  EXPECT_NE(message(no_slots, nullptr, y.data(), 1, 24, 64).find("slot_mapping is null"), std::string::npos);
+  cuda::GemvFusion rope_swiglu = rope;
+  rope_swiglu.swiglu = true;
+  EXPECT_NE(message(rope_swiglu, nullptr, y.data(), 1, 24, 64).find("rope_kv_write 1"), std::string::npos);
 }
 
 }  // namespace

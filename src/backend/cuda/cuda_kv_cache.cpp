@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_kv_cache.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <string_view>
 #include <vector>
@@ -10,6 +11,11 @@
 
 namespace latentserve::cuda {
 namespace {
+
+uint64_t next_cache_id() {
+  static std::atomic<uint64_t> last{0};
+  return ++last;
+}
 
 KvDtype device_dtype(DType dtype) {
   switch (dtype) {
@@ -52,6 +58,7 @@ CudaKvCache::CudaKvCache(const AttentionSpec& spec, int64_t n_layer, int64_t n_b
       dtype_(device_dtype(options.dtype)),
       layout_(default_kv_layout()),
       headroom_(options.static_scale_headroom),
+      id_(next_cache_id()),
       stream_(stream) {
   check_supported(spec, options);
   if (n_layer <= 0 || n_blocks <= 0 || block_size_tokens <= 0)

@@ -47,6 +47,10 @@ class CudaKvCache final : public KvCacheMemory {
   bool needs_calibration() const { return dtype_ == KvDtype::Fp8E4M3 && !calibrated_; }
   void mark_calibrated() { calibrated_ = true; }
 
+  // Unique over the process (a cache made where a freed one lived gets a new id): what captured
+  // decode graphs, which bake in this cache's pointers, check they were captured on.
+  uint64_t id() const { return id_; }
+
   // Benchmarks: every row random (bf16 ~ U(-1, 1); fp8 codes of U(-64, 64) with scales 1/64),
   // so a decode step reads real-looking data without a prefill.
   void fill_random(uint64_t seed);
@@ -59,6 +63,7 @@ class CudaKvCache final : public KvCacheMemory {
   int64_t n_scales_ = 0;  // per layer and side (1 or n_head_kv)
   float headroom_;
   bool calibrated_ = false;
+  uint64_t id_;
   cudaStream_t stream_;
   DeviceBuffer rows_;    // [n_layer][k | v][n_slots * n_head_kv * head_dim] elements
   DeviceBuffer scales_;  // [n_layer][k | v][n_scales] f32 (FP8 only)

@@ -5,6 +5,7 @@
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernel_error.h"
 #include "backend/cuda/pdl_launch.cuh"
+#include "backend/cuda/rope_math.cuh"
 
 namespace latentserve::cuda {
 namespace {
@@ -25,7 +26,102 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
 
 // What the kernel does around the product (GemvFusion in gemv.h).
-constexpr int kOutStore = 0, kOutAddToResidual = 1, kOutSwiGlu = 2;
+constexpr int kOutStore = 0, kOutAddToResidual = 1, kOutSwiGlu = 2, kOutRopeKv = 3;
+
+// The RoPE epilogue's rows: output L of a q|k|v row is logical; pairs of logical outputs (2i,
+// 2i + 1) of a head's rotated part are the rotated pairs, so a warp (an even number of rows from
+// an even L) always holds whole pairs. The weight row (and y element) of L: interleaved pairs
+// are (2i, 2i + 1) already; neox pairs are (i, i + rotary_dim / 2).
+__device__ __forceinline__ int rope_weight_row(const RopeKvWriteParams& p, int L) {
+  const int head = L / p.head_dim, e = L - head * p.head_dim;
+  if (!p.apply_rope || p.interleaved || head >= p.n_head + p.n_head_kv || e >= p.rotary_dim) return L;
+  return head * p.head_dim + (e >> 1) + (e & 1) * (p.rotary_dim / 2);
+}
+
+// What the RoPE epilogue needs besides the product, per token of the step: loaded after the
+// PDL wait and before the k loop, so the loads are in flight while the weights stream.
+template <int M, int kPairs>
+struct RopeOperands {
+  float position[M];
+  int64_t slot[M];            // -1: padding (or write_kv off): no K/V store
+  float inv_freq[M][kPairs];  // of the warp's pairs (0 where a pair is not rotated)
+  __device__ __forceinline__ void load(const RopeKvWriteParams& p, int col0) {
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      position[i] = float(p.positions[i]);
+      slot[i] = p.write_kv ? p.slot_mapping[i] : -1;
+      const float* freq = p.apply_rope && p.rotary_dim > 0 ? rope_math::inv_freq_row(p, i) : nullptr;
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) {
+        const int L = col0 + 2 * j, head = L / p.head_dim, e = L - head * p.head_dim;
+        inv_freq[i][j] = freq && head < p.n_head + p.n_head_kv && e < p.rotary_dim ? freq[e / 2] : 0.0f;
+      }
+    }
+  }
+};
+
+// rope_and_write_kv's work on this warp's outputs (logical col0 ...; weight rows / y elements
+// wrow), with the same arithmetic: the product rounded to bf16 as the store mode writes it,
+// rotated in f32, q and k stored rotated (round to nearest), the cache given the rotated f32.
+template <int M, int kRowsPerWarp, typename OutT, typename Biased>
+__device__ __forceinline__ void rope_kv_epilogue(const RopeKvWriteParams& p, const RopeOperands<M, kRowsPerWarp / 2>& ops,
+                                                 int col0, int n_out, const int (&wrow)[kRowsPerWarp], OutT* y,
+                                                 const Biased& biased) {
+  const int hd = p.head_dim, nh = p.n_head, nkv = p.n_head_kv;
+  const rope_math::KvStore store_k = rope_math::k_store(p.kv), store_v = rope_math::v_store(p.kv);
+#pragma unroll
+  for (int j = 0; j < kRowsPerWarp / 2; ++j) {
+    const int L = col0 + 2 * j;  // even, and n_out is even: L + 1 < n_out too
+    if (L >= n_out) break;
+    const int head = L / hd, e0 = wrow[2 * j] - head * hd, e1 = wrow[2 * j + 1] - head * hd;
+    const bool rotated = p.apply_rope && head < nh + nkv && L - head * hd < p.rotary_dim;
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      float a = bf16_to_f32(__float2bfloat16(biased(2 * j, i))), b = bf16_to_f32(__float2bfloat16(biased(2 * j + 1, i)));
+      if (rotated) {
+        const float2 cs = rope_math::cos_sin(p, ops.position[i], ops.inv_freq[i][j]);
+        const float2 r = rope_math::rotate(a, b, cs.x, cs.y);
+        a = r.x;
+        b = r.y;
+      }
+      y[int64_t(i) * n_out + wrow[2 * j]] = __float2bfloat16_rn(a);
+      y[int64_t(i) * n_out + wrow[2 * j + 1]] = __float2bfloat16_rn(b);
+      if (ops.slot[i] < 0 || head < nh) continue;  // q, or a padding token
+      const rope_math::KvSlot kv = rope_math::kv_slot(p, ops.slot[i]);
+      if (head < nh + nkv) {
+        store_k(kv(head - nh) + e0, head - nh, a);
+        store_k(kv(head - nh) + e1, head - nh, b);
+      } else {
+        store_v(kv(head - nh - nkv) + e0, head - nh - nkv, a);
+        store_v(kv(head - nh - nkv) + e1, head - nh - nkv, b);
+      }
+    }
+  }
+}
+
+// The store, add-to-residual and SwiGLU epilogues: each output as the unfused kernels would
+// round it, y = OutT(acc + bias) first.
+template <int M, int kHalf, int kOut, typename OutT, typename Biased>
+__device__ __forceinline__ void store_outputs(int col0, int n, int n_out, OutT* y, const GemvFusion& f,
+                                              const Biased& biased) {
+#pragma unroll
+  for (int r = 0; r < kHalf; ++r) {
+    const int col = col0 + r;
+    if (col >= n_out) break;
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      if constexpr (kOut == kOutStore) {
+        y[int64_t(i) * n + col] = from_f32<OutT>(biased(r, i));
+      } else if constexpr (kOut == kOutAddToResidual) {
+        f.add_to_residual[int64_t(i) * n + col] += bf16_to_f32(__float2bfloat16(biased(r, i)));
+      } else {
+        const float g = bf16_to_f32(__float2bfloat16(biased(r, i)));
+        const float u = bf16_to_f32(__float2bfloat16(biased(r + kHalf, i)));
+        y[int64_t(i) * n_out + col] = from_f32<OutT>(silu_times(g, u));
+      }
+    }
+  }
+}
 
 template <int M, int kRowsPerWarp, int kUnroll, int kSplit, typename OutT, bool kNormIn, int kOut>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w,
@@ -47,7 +143,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int col = min(col0 + r % kHalf, n_out - 1);  // past the end: read the last row, store nothing
-    wrow[r] = kOut == kOutSwiGlu && r >= kHalf ? n_out + col : col;
+    wrow[r] = kOut == kOutSwiGlu && r >= kHalf ? n_out + col : kOut == kOutRopeKv ? rope_weight_row(f.rope_kv, col) : col;
   }
   float acc[kRowsPerWarp][M];
 #pragma unroll
@@ -70,6 +166,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
     }
   wait_for_previous_kernel();
   if (col0 >= n_out) return;
+  RopeOperands<M, kOut == kOutRopeKv ? kRowsPerWarp / 2 : 1> rope;
+  if constexpr (kOut == kOutRopeKv) {
+    if (lane == 0 && part == 0) rope.load(f.rope_kv, col0);  // the thread that runs the epilogue
+  }
 
   // RMSNorm in front, folded into the product: y = (1 / rms) * sum_k w_k (r_k g_k), with
   // r the f32 residual row and g the norm weight; each warp reads the whole row of r anyway,
@@ -159,30 +259,17 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const uint4* __restri
     }
   }
   if (lane != 0) return;
-  // Each output as the unfused kernels would round it: y = OutT(acc + bias) first.
   const auto biased = [&](int r, int i) { return acc[r][i] + (bias ? bf16_to_f32(bias[wrow[r]]) : 0.0f); };
-#pragma unroll
-  for (int r = 0; r < kHalf; ++r) {
-    const int col = col0 + r;
-    if (col >= n_out) break;
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      if constexpr (kOut == kOutStore) {
-        y[int64_t(i) * n + col] = from_f32<OutT>(biased(r, i));
-      } else if constexpr (kOut == kOutAddToResidual) {
-        f.add_to_residual[int64_t(i) * n + col] += bf16_to_f32(__float2bfloat16(biased(r, i)));
-      } else {
-        const float g = bf16_to_f32(__float2bfloat16(biased(r, i)));
-        const float u = bf16_to_f32(__float2bfloat16(biased(r + kHalf, i)));
-        y[int64_t(i) * n_out + col] = from_f32<OutT>(silu_times(g, u));
-      }
-    }
+  if constexpr (kOut == kOutRopeKv) {
+    rope_kv_epilogue<M, kRowsPerWarp>(f.rope_kv, rope, col0, n_out, wrow, y, biased);
+  } else {
+    store_outputs<M, kHalf, kOut>(col0, n, n_out, y, f, biased);
   }
 }
 
 // The kernels a launch can pick: the plain product (bf16 or f32 out), and the three fusions of
 // the decode step (bf16 out).
-enum class Mode { Plain, NormStore, AddToResidual, NormSwiGlu };
+enum class Mode { Plain, NormStore, AddToResidual, NormSwiGlu, NormRopeKv };
 
 template <int M, int R, int U, int S, typename OutT, bool kNormIn, int kOut>
 void launch_one(const void* x, const void* w, void* y, int n, int k, const void* bias, const GemvFusion& f,
@@ -208,6 +295,9 @@ void launch_mode(Mode mode, const void* x, const void* w, void* y, int n, int k,
       case Mode::NormSwiGlu:
         if constexpr (R % 2 == 0) launch_one<M, R, U, S, OutT, true, kOutSwiGlu>(x, w, y, n, k, bias, f, s);
         break;  // odd R: refused before the launch
+      case Mode::NormRopeKv:
+        if constexpr (R % 2 == 0) launch_one<M, R, U, S, OutT, true, kOutRopeKv>(x, w, y, n, k, bias, f, s);
+        break;
     }
   }
 }
@@ -292,19 +382,35 @@ void gemv_bf16_fused(const void* x, const void* w, void* y, int64_t m, int64_t n
   if (!aligned16(w) || (x && !aligned16(x)) || (y && !aligned16(y)))
     kernel_fail("gemv_bf16_fused: x, w and y must be 16-byte aligned");
   Mode mode;
-  if (norm && f.swiglu && !add) {
+  if (norm && f.swiglu && !f.rope_kv_write && !add) {
     mode = Mode::NormSwiGlu;
     if (n % 2 != 0) kernel_fail("gemv_bf16_fused: SwiGLU needs [gate | up] rows (n even), found n ", n);
     if (gemv_config_rows(config) % 2 != 0)
       kernel_fail("gemv_bf16_fused: SwiGLU pairs gate and up rows in a warp; configuration ", gemv_config_name(config),
                   " has ", gemv_config_rows(config), " row per warp");
+  } else if (norm && f.rope_kv_write && !f.swiglu && !add) {
+    mode = Mode::NormRopeKv;
+    validate_rope_kv_write("gemv_bf16_fused (rope_kv)", f.rope_kv);
+    const RopeKvWriteParams& p = f.rope_kv;
+    if (gemv_config_rows(config) % 2 != 0)
+      kernel_fail("gemv_bf16_fused: the RoPE epilogue takes whole rotated pairs in a warp; configuration ",
+                  gemv_config_name(config), " has ", gemv_config_rows(config), " row per warp");
+    if (p.head_dim % 2 != 0) kernel_fail("gemv_bf16_fused: the RoPE epilogue needs an even rope_kv.head_dim, found ", p.head_dim);
+    if (n != int64_t(p.n_head + 2 * p.n_head_kv) * p.head_dim)
+      kernel_fail("gemv_bf16_fused: with rope_kv, n must be (n_head + 2 n_head_kv) * head_dim = ",
+                  int64_t(p.n_head + 2 * p.n_head_kv) * p.head_dim, ", found ", n);
+    if (p.qkv != y || p.qkv_token_stride != n)
+      kernel_fail("gemv_bf16_fused: rope_kv.qkv must be y with qkv_token_stride n = ", n, " (found ",
+                  p.qkv == y ? "y" : "another pointer", ", stride ", p.qkv_token_stride, ")");
+    if (p.n_tokens != m) kernel_fail("gemv_bf16_fused: rope_kv.n_tokens must be m = ", m, ", found ", p.n_tokens);
   } else if (norm && !f.swiglu && !add) {
     mode = Mode::NormStore;
-  } else if (add && !norm && !f.swiglu) {
+  } else if (add && !norm && !f.swiglu && !f.rope_kv_write) {
     mode = Mode::AddToResidual;
   } else {
-    kernel_fail("gemv_bf16_fused: takes norm -> store, norm -> SwiGLU or add-to-residual; found norm_residual ",
-                norm ? "set" : "null", ", swiglu ", f.swiglu, ", add_to_residual ", add ? "set" : "null");
+    kernel_fail("gemv_bf16_fused: takes norm -> store, norm -> SwiGLU, norm -> RoPE + K/V write or add-to-residual; "
+                "found norm_residual ", norm ? "set" : "null", ", swiglu ", f.swiglu, ", rope_kv_write ", f.rope_kv_write,
+                ", add_to_residual ", add ? "set" : "null");
   }
   if (norm) {
     if (!f.norm_weight) kernel_fail("gemv_bf16_fused: norm_weight is null (expected bf16 [k] beside norm_residual)");

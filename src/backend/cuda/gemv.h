@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/rope_kv_write.h"
+
 namespace latentserve::cuda {
 
 inline constexpr int kGemvMaxRows = 4;
@@ -39,6 +41,14 @@ void gemv_bf16(const void* x, const void* w, void* y, int64_t m, int64_t n, int6
 // - then one of: y[m, n] = bf16(product + b) (store); with swiglu, w's rows are [gate | up]
 //   (n even) and y[m, n / 2] = bf16(silu(bf16(gate)) * bf16(up)), as activation.h's silu_mul
 //   of the stored product rounds;
+// - or, with rope_kv_write, y is a q|k|v row and the epilogue does rope_and_write_kv(rope_kv)
+//   (rope_kv_write.h) on it: each warp's rows are whole rotated pairs (for neox, rows i and
+//   i + rotary_dim / 2 of a head side by side), so it rotates y = bf16(product + b) in
+//   registers, stores q and k rotated into y and this step's K and V into their paged slots:
+//   bit-equal to the norm -> store mode followed by rope_and_write_kv, one kernel fewer. y must
+//   be rope_kv.qkv, with rope_kv.qkv_token_stride = n = (n_head + 2 n_head_kv) head_dim and
+//   rope_kv.n_tokens = m. It cannot calibrate FP8 scales (calibrate_kv_scales reads the product
+//   before the rotation): a caller whose cache needs calibration runs the separate kernels;
 // - or, without a norm, add_to_residual[m, n] (f32) += bf16(x w^T + b), as add_rms_norm adds a
 //   stored delta (y is not written): bit-equal to the gemv followed by that add.
 struct GemvFusion {
@@ -46,9 +56,11 @@ struct GemvFusion {
   const void* norm_weight = nullptr;     // bf16 [k]
   float norm_eps = 0.0f;
   bool swiglu = false;
+  bool rope_kv_write = false;  // with a norm in front: RoPE + the K/V write behind (rope_kv)
+  RopeKvWriteParams rope_kv{};
   float* add_to_residual = nullptr;  // f32 [m, n]
 };
-// SwiGLU needs a configuration with an even number of rows per warp (not r1u8).
+// SwiGLU and the RoPE epilogue need a configuration with an even number of rows per warp (not r1u8).
 void gemv_bf16_fused(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, const void* bias,
                      const GemvFusion& fusion, cudaStream_t s, GemvConfig config = GemvConfig::Rows4Unroll4);
 

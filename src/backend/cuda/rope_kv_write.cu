@@ -5,6 +5,7 @@
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernel_error.h"
 #include "backend/cuda/pdl_launch.cuh"
+#include "backend/cuda/rope_math.cuh"
 
 namespace latentserve::cuda {
 namespace {
@@ -16,52 +17,19 @@ constexpr int kHeadsPerCta = 4;
 constexpr int kMinScaleExp = -120, kMaxScaleExp = 119;  // backend/cpu/kv_quant.h
 constexpr float kE4M3Max = 448.0f;
 
-// This token's cos and sin per rotated pair (times attention_factor), into smem. Precise
-// sincosf, and no contraction, so the calibration pass and the write pass get the same bits.
+using rope_math::pair_of;
+using rope_math::rotate;
+
+// This token's cos and sin per rotated pair (times attention_factor), into smem.
 __device__ void angle_table(const RopeKvWriteParams& p, int t, float* cos_t, float* sin_t) {
   const float position = float(p.positions[t]);
-  const float* inv_freq = p.inv_freq + (p.inv_freq_rows ? int64_t(p.inv_freq_rows[t]) * (p.rotary_dim / 2) : 0);
+  const float* inv_freq = rope_math::inv_freq_row(p, t);
   for (int i = threadIdx.x; i < p.rotary_dim / 2; i += blockDim.x) {
-    float s, c;
-    sincosf(__fmul_rn(position, inv_freq[i]), &s, &c);
-    cos_t[i] = __fmul_rn(c, p.attention_factor);
-    sin_t[i] = __fmul_rn(s, p.attention_factor);
+    const float2 cs = rope_math::cos_sin(p, position, inv_freq[i]);
+    cos_t[i] = cs.x;
+    sin_t[i] = cs.y;
   }
 }
-
-// Rotated pair (a, b) -> (a c - b s, b c + a s), f32 without FMA (as backend/cpu/rope.cpp).
-__device__ __forceinline__ float2 rotate(float a, float b, float c, float s) {
-  return make_float2(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)), __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
-}
-
-// Element offsets of pair i inside a head.
-__device__ __forceinline__ int2 pair_of(int i, int half, bool interleaved) {
-  return interleaved ? make_int2(2 * i, 2 * i + 1) : make_int2(i, i + half);
-}
-
-// bf16 that saturates finite overflow to +-max bf16 (cpu::f32_to_bf16_saturating).
-__device__ __forceinline__ __nv_bfloat16 bf16_saturating(float x) {
-  __nv_bfloat16 b = __float2bfloat16_rn(x);
-  const unsigned short bits = __bfloat16_as_ushort(b);
-  if ((bits & 0x7fffu) == 0x7f80u && isfinite(x)) b = __ushort_as_bfloat16((unsigned short)((bits & 0x8000u) | 0x7f7fu));
-  return b;
-}
-
-struct Store {
-  void* base;
-  KvDtype dtype;
-  const float* scale;
-  int scale_head_stride;
-  __device__ __forceinline__ void operator()(int64_t index, int head, float x) const {
-    if (dtype == KvDtype::Bf16) {
-      static_cast<__nv_bfloat16*>(base)[index] = bf16_saturating(x);
-    } else {
-      const float sc = scale[head * scale_head_stride];
-      // scale 0 (uncalibrated): e4m3(x) as cpu::quantize_fp8; else x * (1 / scale), exact for a power of two.
-      static_cast<unsigned char*>(base)[index] = f32_to_fp8_e4m3(sc == 0.0f ? x : __fmul_rn(x, __frcp_rn(sc)));
-    }
-  }
-};
 
 // grid: (n_tokens, ceil((n_head + n_head_kv) / kHeadsPerCta)). CTA (t, y) rotates the pairs of
 // q|k heads [y * kHeadsPerCta, +kHeadsPerCta) of token t (k pairs also go to the cache), then
@@ -75,12 +43,8 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeKvWritePara
   __nv_bfloat16* row = static_cast<__nv_bfloat16*>(p.qkv) + int64_t(t) * p.qkv_token_stride;
   const int half = p.rotary_dim / 2, hd = p.head_dim, nh = p.n_head, nkv = p.n_head_kv;
   const int64_t slot = p.write_kv ? p.slot_mapping[t] : -1;
-  // element offset of KV head h's row of this slot (the slot's block and offset found once)
-  const int64_t head0_row = slot >= 0 ? kv_slot_row_index(p.kv.layout, slot, 0, nkv, p.kv.block_size) : 0;
-  const int64_t head_rows = kv_head_row_stride(p.kv.layout, p.kv.block_size);
-  auto kv_row = [&](int h) { return (head0_row + h * head_rows) * hd; };
-  const Store store_k{p.kv.k, p.kv.dtype, p.kv.k_scale, p.kv.scale_head_stride};
-  const Store store_v{p.kv.v, p.kv.dtype, p.kv.v_scale, p.kv.scale_head_stride};
+  const rope_math::KvSlot kv_row = rope_math::kv_slot(p, slot >= 0 ? slot : 0);  // kv_row(h): KV head h's row
+  const rope_math::KvStore store_k = rope_math::k_store(p.kv), store_v = rope_math::v_store(p.kv);
   const bool rotate_here = p.apply_rope && half > 0;
   if (rotate_here) {
     angle_table(p, t, cos_t, sin_t);
@@ -191,7 +155,9 @@ __global__ void set_scales_kernel(float* k_scale, float* v_scale, int n_groups, 
   }
 }
 
-void validate(const char* name, const RopeKvWriteParams& p) {
+}  // namespace
+
+void validate_rope_kv_write(const char* name, const RopeKvWriteParams& p) {
   if (!p.qkv) kernel_fail(name, ": qkv is null (expected a device pointer to bf16 [n_tokens, qkv_token_stride])");
   if (!p.positions) kernel_fail(name, ": positions is null (expected a device pointer to int32 [n_tokens])");
   if (!p.slot_mapping) kernel_fail(name, ": slot_mapping is null (expected a device pointer to int64 [n_tokens])");
@@ -226,8 +192,10 @@ void validate(const char* name, const RopeKvWriteParams& p) {
   if (!(p.attention_factor == p.attention_factor)) kernel_fail(name, ": attention_factor is NaN");
 }
 
+namespace {
+
 void calibrate(const RopeKvWriteParams& p, float headroom, bool rotate_k, cudaStream_t s) {
-  validate("calibrate_kv_scales", p);
+  validate_rope_kv_write("calibrate_kv_scales", p);
   if (p.kv.dtype != KvDtype::Fp8E4M3) kernel_fail("calibrate_kv_scales: kv.dtype must be Fp8E4M3 (found Bf16)");
   if (!(headroom >= 1.0f) || headroom > 1e30f)
     kernel_fail("calibrate_kv_scales: headroom must be finite and >= 1, found ", headroom);
@@ -245,7 +213,7 @@ void calibrate(const RopeKvWriteParams& p, float headroom, bool rotate_k, cudaSt
 }  // namespace
 
 void rope_and_write_kv(const RopeKvWriteParams& p, cudaStream_t s) {
-  validate("rope_and_write_kv", p);
+  validate_rope_kv_write("rope_and_write_kv", p);
   if (p.n_tokens == 0 || (!p.apply_rope && !p.write_kv)) return;
   const unsigned head_ctas = unsigned((p.n_head + p.n_head_kv + kHeadsPerCta - 1) / kHeadsPerCta);
   launch_pdl(rope_kv_write_kernel, dim3(unsigned(p.n_tokens), head_ctas), dim3(kThreads), 0, s, p);

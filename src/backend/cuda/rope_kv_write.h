@@ -41,6 +41,9 @@ inline constexpr int kRopeMaxHeadDim = 1024;
 inline constexpr int kKvMaxScaleGroups = 512;
 
 void rope_and_write_kv(const RopeKvWriteParams& p, cudaStream_t s);
+// The checks rope_and_write_kv makes on p (also made by the gemv that does the same work in its
+// epilogue, gemv.h): throws Error, prefixed with `who`, naming the field that is wrong.
+void validate_rope_kv_write(const char* who, const RopeKvWriteParams& p);
 
 // FP8 static scales (per tensor: one K and one V scale, DeviceKvLayer::scale_head_stride 0;
 // per head: n_head_kv each, stride 1), calibrated ON THE DEVICE from this batch, as

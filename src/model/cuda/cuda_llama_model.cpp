@@ -111,6 +111,12 @@ class CudaLlamaModel final : public CausalLM {
       if (fused_gemv_rows_ < 0 || fused_gemv_rows_ > cuda::kGemvMaxRows)
         fail("LATENTSERVE_CUDA_FUSED_GEMV_ROWS={} must be in [0, {}]", rows, cuda::kGemvMaxRows);
     }
+    // 0: the fused chain runs RoPE + the K/V write as its own kernel, not in the q|k|v gemv.
+    if (const char* on = std::getenv("LATENTSERVE_CUDA_FUSED_ROPE")) {
+      const int value = env_int("LATENTSERVE_CUDA_FUSED_ROPE", on);
+      if (value != 0 && value != 1) fail("LATENTSERVE_CUDA_FUSED_ROPE={} must be 0 or 1", on);
+      fused_rope_ = value == 1;
+    }
     // Decode graphs' context buckets per doubling of the length (cuda::decode_context_bucket).
     if (const char* steps = std::getenv("LATENTSERVE_CUDA_CONTEXT_BUCKETS")) {
       context_buckets_per_octave_ = env_int("LATENTSERVE_CUDA_CONTEXT_BUCKETS", steps);
@@ -330,9 +336,9 @@ class CudaLlamaModel final : public CausalLM {
     } else {
       const GraphKey key{shape.n_tokens, shape.max_seq_len_bound};
       auto it = graphs_.find(key);
-      if (it == graphs_.end() || kv_of_graphs_ != &kv) {
-        if (kv_of_graphs_ != &kv) graphs_.clear();
-        kv_of_graphs_ = &kv;
+      if (it == graphs_.end() || kv_of_graphs_ != kv.id()) {
+        if (kv_of_graphs_ != kv.id()) graphs_.clear();
+        kv_of_graphs_ = kv.id();
         record(shape, kv);  // this step, eagerly: it also builds the GEMM plans the capture will use
         capture(key, shape, kv);
       } else {
@@ -415,10 +421,13 @@ class CudaLlamaModel final : public CausalLM {
   }
 
   // A step of a few rows (batch-1 decode) as a chain of fused gemv kernels (gemv.h): each layer
-  // is q|k|v with the input norm in front, RoPE + K/V write, attention, o adding into the
-  // residual, gate|up with the post-attention norm in front and SwiGLU behind, down adding into
-  // the residual: 6 kernels a layer instead of 9. record()'s arithmetic, except that the normed
-  // rows are not rounded to bf16 before the q|k|v and gate|up products (gemv.h).
+  // is q|k|v with the input norm in front and RoPE + the K/V write behind, attention, o adding
+  // into the residual, gate|up with the post-attention norm in front and SwiGLU behind, down
+  // adding into the residual: 5 kernels a layer instead of 9. record()'s arithmetic, except that
+  // the normed rows are not rounded to bf16 before the q|k|v and gate|up products (gemv.h).
+  // RoPE stays a kernel of its own where the gemv cannot do it: Qwen3's q/k norms sit between
+  // the product and the rotation, and an FP8 cache still to be calibrated is measured on the
+  // product before anything is written.
   bool fused_gemv_fits(int64_t n_tokens) const {
     const ModelConfig& c = config_;
     return n_tokens >= 1 && n_tokens <= fused_gemv_rows_ && c.hidden_size % 8 == 0 && c.intermediate_size % 8 == 0 &&
@@ -434,6 +443,8 @@ class CudaLlamaModel final : public CausalLM {
     const cuda::GemvConfig config = gemm_->gemv_config();
     const cuda::GemvConfig swiglu_config =
         cuda::gemv_config_rows(config) % 2 == 0 ? config : cuda::GemvConfig::Rows2Unroll8;
+    const bool rope_in_gemv =
+        fused_rope_ && !c.qk_norm && !kv.needs_calibration() && cuda::gemv_config_rows(config) % 2 == 0;
     cuda::StepBuffers& b = buffers_;
     cuda::embedding_lookup(embed_.data(), b.token_ids(), b.residual(), T, H, int(c.vocab_size), nullptr, stream_);
     for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -442,9 +453,13 @@ class CudaLlamaModel final : public CausalLM {
       input_norm.norm_residual = b.residual();
       input_norm.norm_weight = L.input_norm.data();
       input_norm.norm_eps = eps;
+      if (rope_in_gemv) {
+        input_norm.rope_kv_write = true;
+        input_norm.rope_kv = rope_kv_params(int(l), shape, kv, n_qkv);
+      }
       cuda::gemv_bf16_fused(nullptr, L.qkv.data(), b.qkv(), T, n_qkv, H, L.qkv_bias.data(), input_norm, stream_, config);
       if (c.qk_norm) record_qk_norm(L, T);
-      attention(int(l), shape, kv, n_qkv);
+      attention(int(l), shape, kv, n_qkv, /*kv_written=*/rope_in_gemv);
       cuda::GemvFusion add;
       add.add_to_residual = b.residual();
       cuda::gemv_bf16_fused(b.attn(), L.o_proj.data(), nullptr, T, H, nh * hd, L.o_bias.data(), add, stream_, config);
@@ -461,16 +476,16 @@ class CudaLlamaModel final : public CausalLM {
     record_logits(shape);
   }
 
-  void attention(int layer, const cuda::StepShape& shape, cuda::CudaKvCache& kv, int n_qkv) {
+  // RoPE + this step's K/V write of one layer, on the q|k|v rows in the step buffer.
+  cuda::RopeKvWriteParams rope_kv_params(int layer, const cuda::StepShape& shape, cuda::CudaKvCache& kv, int n_qkv) {
     const ModelConfig& c = config_;
     cuda::StepBuffers& b = buffers_;
-    const cuda::DeviceKvLayer kv_layer = kv.layer(layer);
     cuda::RopeKvWriteParams r{};
     r.qkv = b.qkv();
     r.qkv_token_stride = n_qkv;
     r.positions = b.positions();
     r.slot_mapping = b.slot_mapping();
-    r.kv = kv_layer;
+    r.kv = kv.layer(layer);
     r.inv_freq = dynamic_rope_ ? b.rope_tables() : inv_freq_.as<float>();
     r.inv_freq_rows = dynamic_rope_ ? b.rope_rows() : nullptr;
     r.attention_factor = attention_factor_;
@@ -480,7 +495,14 @@ class CudaLlamaModel final : public CausalLM {
     r.head_dim = int(c.head_dim);
     r.rotary_dim = int(rotary_dim_);
     r.interleaved = c.rope.interleaved;
-    if (kv.needs_calibration()) {  // rotate, set the scales from the rotated K and V, then write
+    return r;
+  }
+
+  // RoPE + the K/V write as a kernel of its own; an FP8 cache still to be calibrated gets its
+  // scales from the rotated K and V first.
+  void write_rope_kv(int layer, const cuda::StepShape& shape, cuda::CudaKvCache& kv, int n_qkv) {
+    cuda::RopeKvWriteParams r = rope_kv_params(layer, shape, kv, n_qkv);
+    if (kv.needs_calibration()) {  // rotate, set the scales, then write
       r.write_kv = false;
       cuda::rope_and_write_kv(r, stream_);
       cuda::calibrate_kv_scales(r, kv.static_scale_headroom(), amax_scratch_.as<unsigned>(), stream_);
@@ -488,6 +510,15 @@ class CudaLlamaModel final : public CausalLM {
       r.write_kv = true;
     }
     cuda::rope_and_write_kv(r, stream_);
+  }
+
+  // qkv -> attn [T, nh hd]: RoPE + the K/V write (unless the q|k|v gemv did it: kv_written), then
+  // decode or prefill attention.
+  void attention(int layer, const cuda::StepShape& shape, cuda::CudaKvCache& kv, int n_qkv, bool kv_written = false) {
+    const ModelConfig& c = config_;
+    cuda::StepBuffers& b = buffers_;
+    const cuda::DeviceKvLayer kv_layer = kv.layer(layer);
+    if (!kv_written) write_rope_kv(layer, shape, kv, n_qkv);
 
     const float scale = float(c.softmax_scale);
     const int window = int(c.sliding_window.value_or(0));
@@ -594,11 +625,12 @@ class CudaLlamaModel final : public CausalLM {
   cuda::StepBuffers buffers_;
   std::map<GraphKey, std::unique_ptr<DecodeGraph>> graphs_;
   int context_buckets_per_octave_ = cuda::kDecodeContextBucketsPerOctave;
-  const cuda::CudaKvCache* kv_of_graphs_ = nullptr;  // graphs bake in the cache's pointers
+  uint64_t kv_of_graphs_ = 0;  // CudaKvCache::id() of the cache the graphs were captured on (they bake in its pointers)
   bool graphs_enabled_;
   bool fast_attention_ = false;  // head_dim 64 or 128: the tensor-core kernels
   std::optional<cuda::PagedDecodeKernel> decode_kernel_override_;  // LATENTSERVE_CUDA_DECODE_KERNEL
   int fused_gemv_rows_ = 1;  // LATENTSERVE_CUDA_FUSED_GEMV_ROWS: steps of <= this many rows run record_fused_gemv
+  bool fused_rope_ = true;   // LATENTSERVE_CUDA_FUSED_ROPE: the chain's q|k|v gemv does RoPE + the K/V write
 };
 
 }  // namespace
