@@ -241,11 +241,13 @@ TEST(CudaLlamaModel, FusedGemvChainMatchesTheUnfusedKernelsAndTheCpuPath) {
 // the arithmetic of the RoPE kernel it replaces (LATENTSERVE_CUDA_FUSED_ROPE=0), so one token
 // per step gives bit-equal logits and tokens both ways: with a bf16 cache, and with an FP8 one
 // (per-head scales), whose first step calibrates through the separate kernels and whose later
-// steps write through the gemv.
+// steps write through the gemv. The GEMM autotune is off in both models, so that they run the
+// same GEMM kernels (the LM head's would otherwise be picked by timing).
 TEST(CudaLlamaModel, RopeInTheQkvGemvGivesTheSameBitsAsTheRopeKernel) {
   LS_REQUIRE_GPU();
   ThreadPool pool(2);
   auto build = [&](const char* on) {
+    ScopedEnv no_autotune("LATENTSERVE_CUDA_GEMM_AUTOTUNE", "0");
     ScopedEnv knob("LATENTSERVE_CUDA_FUSED_ROPE", on);
     return build_causal_lm(gqa128_config(), std::make_unique<HostSyntheticWeights>(41), pool, on_cuda());
   };
@@ -478,7 +480,8 @@ TEST(CudaLlamaModel, ABadTuningVariableIsAnErrorNamingIt) {
                                                      {"LATENTSERVE_CUDA_FUSED_GEMV_ROWS", "9"},
                                                      {"LATENTSERVE_CUDA_GEMV_CONFIG", "r3u3"},
                                                      {"LATENTSERVE_CUDA_CONTEXT_BUCKETS", "0"},
-                                                     {"LATENTSERVE_CUDA_FUSED_ROPE", "2"}};
+                                                     {"LATENTSERVE_CUDA_FUSED_ROPE", "2"},
+                                                     {"LATENTSERVE_CUDA_GEMM_AUTOTUNE", "yes"}};
   for (const auto& [variable, value] : bad) {
     SCOPED_TRACE(::testing::Message() << variable << "=" << value);
     ScopedEnv knob(variable, value);

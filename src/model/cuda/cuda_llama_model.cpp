@@ -105,6 +105,13 @@ class CudaLlamaModel final : public CausalLM {
       }
       gemm_->set_gemv_config(*found);
     }
+    // 0: every GEMM shape takes its first kernel (the gemv for <= 4 rows, else cuBLASLt's first
+    // heuristic) instead of the fastest of a timed run: the same kernels in every model built.
+    if (const char* on = std::getenv("LATENTSERVE_CUDA_GEMM_AUTOTUNE")) {
+      const int value = env_int("LATENTSERVE_CUDA_GEMM_AUTOTUNE", on);
+      if (value != 0 && value != 1) fail("LATENTSERVE_CUDA_GEMM_AUTOTUNE={} must be 0 or 1", on);
+      gemm_->set_autotune(value == 1);
+    }
     // Steps of up to this many rows run the fused gemv chain (record_fused_gemv; 0 = never).
     if (const char* rows = std::getenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS")) {
       fused_gemv_rows_ = env_int("LATENTSERVE_CUDA_FUSED_GEMV_ROWS", rows);
