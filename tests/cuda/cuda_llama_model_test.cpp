@@ -237,7 +237,7 @@ TEST(CudaLlamaModel, FusedGemvChainMatchesTheUnfusedKernelsAndTheCpuPath) {
   EXPECT_GE(same_tokens, total - 2);
 }
 
-// The fused chain's q|k|v gemv does RoPE + the K/V write in its epilogue (the default) with
+// The fused chain's q|k|v gemv does RoPE + the K/V write in its epilogue (LATENTSERVE_CUDA_FUSED_ROPE=1) with
 // the arithmetic of the RoPE kernel it replaces (LATENTSERVE_CUDA_FUSED_ROPE=0), so one token
 // per step gives bit-equal logits and tokens both ways: with a bf16 cache, and with an FP8 one
 // (per-head scales), whose first step calibrates through the separate kernels and whose later
