@@ -32,9 +32,14 @@ constexpr int kOutStore = 0, kOutAddToResidual = 1, kOutSwiGlu = 2, kOutRopeKv =
 // 2i + 1) of a head's rotated part are the rotated pairs, so a warp (an even number of rows from
 // an even L) always holds whole pairs. The weight row (and y element) of L: interleaved pairs
 // are (2i, 2i + 1) already; neox pairs are (i, i + rotary_dim / 2).
+// Whether logical output L is in a q or k head's rotated part.
+__device__ __forceinline__ bool rope_rotated(const RopeKvWriteParams& p, int L) {
+  const int head = L / p.head_dim;
+  return p.apply_rope && head < p.n_head + p.n_head_kv && L - head * p.head_dim < p.rotary_dim;
+}
 __device__ __forceinline__ int rope_weight_row(const RopeKvWriteParams& p, int L) {
+  if (p.interleaved || !rope_rotated(p, L)) return L;
   const int head = L / p.head_dim, e = L - head * p.head_dim;
-  if (!p.apply_rope || p.interleaved || head >= p.n_head + p.n_head_kv || e >= p.rotary_dim) return L;
   return head * p.head_dim + (e >> 1) + (e & 1) * (p.rotary_dim / 2);
 }
 
@@ -53,8 +58,8 @@ struct RopeOperands {
       const float* freq = p.apply_rope && p.rotary_dim > 0 ? rope_math::inv_freq_row(p, i) : nullptr;
 #pragma unroll
       for (int j = 0; j < kPairs; ++j) {
-        const int L = col0 + 2 * j, head = L / p.head_dim, e = L - head * p.head_dim;
-        inv_freq[i][j] = freq && head < p.n_head + p.n_head_kv && e < p.rotary_dim ? freq[e / 2] : 0.0f;
+        const int L = col0 + 2 * j;
+        inv_freq[i][j] = freq && rope_rotated(p, L) ? freq[(L % p.head_dim) / 2] : 0.0f;
       }
     }
   }
@@ -74,7 +79,7 @@ __device__ __forceinline__ void rope_kv_epilogue(const RopeKvWriteParams& p, con
     const int L = col0 + 2 * j;  // even, and n_out is even: L + 1 < n_out too
     if (L >= n_out) break;
     const int head = L / hd, e0 = wrow[2 * j] - head * hd, e1 = wrow[2 * j + 1] - head * hd;
-    const bool rotated = p.apply_rope && head < nh + nkv && L - head * hd < p.rotary_dim;
+    const bool rotated = rope_rotated(p, L);
 #pragma unroll
     for (int i = 0; i < M; ++i) {
       float a = bf16_to_f32(__float2bfloat16(biased(2 * j, i))), b = bf16_to_f32(__float2bfloat16(biased(2 * j + 1, i)));
