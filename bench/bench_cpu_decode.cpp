@@ -13,6 +13,7 @@
 #include "engine/offline_runner.h"
 #include "model/architectures.h"
 #include "perf/machine_probe.h"
+#include "bench_args.h"
 
 using namespace latentserve;
 
@@ -37,9 +38,9 @@ int main(int argc, char** argv) {
   std::string json_path = "bench_cpu_decode.json";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--threads") threads = std::stoi(argv[i + 1]);
-    else if (flag == "--prompt") prompt_len = std::stoll(argv[i + 1]);
-    else if (flag == "--decode") decode_len = std::stoll(argv[i + 1]);
+    if (flag == "--threads") threads = int(bench::int_arg(flag, argv[i + 1]));
+    else if (flag == "--prompt") prompt_len = bench::int_arg(flag, argv[i + 1], 1);
+    else if (flag == "--decode") decode_len = bench::int_arg(flag, argv[i + 1], 1);
     else if (flag == "--json") json_path = argv[i + 1];
     else { fmt::print(stderr, "unknown flag {}\n", flag); return 2; }
   }

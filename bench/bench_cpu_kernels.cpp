@@ -44,6 +44,7 @@
 #include "core/bf16.h"
 #include "core/f16.h"
 #include "perf/machine_probe.h"
+#include "bench_args.h"
 
 using namespace latentserve;
 
@@ -429,8 +430,8 @@ int main(int argc, char** argv) {
   std::string json_path, only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--threads") threads = std::stoi(argv[i + 1]);
-    else if (flag == "--runs") runs = std::stoi(argv[i + 1]);
+    if (flag == "--threads") threads = int(bench::int_arg(flag, argv[i + 1]));
+    else if (flag == "--runs") runs = int(bench::int_arg(flag, argv[i + 1], 1));
     else if (flag == "--json") json_path = argv[i + 1];
     else if (flag == "--only") only = argv[i + 1];
     else {

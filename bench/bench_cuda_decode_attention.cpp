@@ -40,6 +40,7 @@
 #include "backend/cuda/paged_decode_attention.h"
 #include "backend/cuda/random_fill.h"
 #include "backend/cuda/read_roof.h"
+#include "bench_args.h"
 
 using namespace latentserve;
 using cuda::DeviceBuffer;
@@ -363,33 +364,23 @@ int main(int argc, char** argv) {
   bool quick = false, list = false, layout_probe = false;
   std::string json_path, only;
   std::vector<int> batch_list, context_list;
-  const auto int_list = [](const char* text) {
-    std::vector<int> out;
-    std::stringstream in(text);
-    for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoi(item));
-    return out;
-  };
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--list")) list = true;
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) only = argv[++i];
-    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch_list = int_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch_list = bench::int_list_arg("--batch", argv[++i]);
     else if (!std::strcmp(argv[i], "--pow2-bound")) g_bound_steps = 1;
     else if (!std::strcmp(argv[i], "--model-bound")) g_bound_steps = cuda::kDecodeContextBucketsPerOctave;
     else if (!std::strcmp(argv[i], "--bucket-steps") && i + 1 < argc) {
-      g_bound_steps = std::atoi(argv[++i]);
-      if (g_bound_steps < 1 || g_bound_steps > cuda::kDecodeContextBucketsMaxSteps) {
-        fmt::print(stderr, "--bucket-steps must be in [1, {}] (buckets an octave), found '{}'\n",
-                   cuda::kDecodeContextBucketsMaxSteps, argv[i]);
-        return 2;
-      }
+      // buckets an octave
+      g_bound_steps = int(bench::int_arg("--bucket-steps", argv[++i], 1, cuda::kDecodeContextBucketsMaxSteps));
     }
     else if (!std::strcmp(argv[i], "--layout-probe")) layout_probe = true;
     else if (!std::strcmp(argv[i], "--kv-layout") && i + 1 < argc && !std::strcmp(argv[i + 1], "slot")) g_layout = cuda::KvLayout::SlotMajor, ++i;
     else if (!std::strcmp(argv[i], "--kv-layout") && i + 1 < argc && !std::strcmp(argv[i + 1], "head")) g_layout = cuda::KvLayout::HeadMajor, ++i;
-    else if (!std::strcmp(argv[i], "--context") && i + 1 < argc) context_list = int_list(argv[++i]);
-    else if (!std::strcmp(argv[i], "--block-size") && i + 1 < argc) g_block_size = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--context") && i + 1 < argc) context_list = bench::int_list_arg("--context", argv[++i]);
+    else if (!std::strcmp(argv[i], "--block-size") && i + 1 < argc) g_block_size = int(bench::int_arg("--block-size", argv[++i], 8, 256));
     else {
       fmt::print(stderr, "usage: {} [--quick] [--json FILE] [--variants NAME,NAME,...] [--batch 1,16] [--context 1024,4096] [--model-bound | --pow2-bound | --bucket-steps N] [--layout-probe] [--kv-layout slot|head] [--block-size 16] [--list]\n", argv[0]);
       return 2;

@@ -39,6 +39,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/paged_prefill_attention.h"
 #include "core/fp8.h"
+#include "bench_args.h"
 
 using namespace latentserve;
 
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
     const std::string flag = argv[i];
     if (flag == "--quick") quick = true;
     else if (flag == "--fp8") fp8 = true;
-    else if (flag == "--reps" && i + 1 < argc) reps = std::max(20, std::stoi(argv[++i]));
+    else if (flag == "--reps" && i + 1 < argc) reps = int(bench::int_arg(flag, argv[++i], 20));
     else if (flag == "--json" && i + 1 < argc) json_path = argv[++i];
     else if (flag == "--all-variants") all_variants = true;
     else if (flag == "--variant" && i + 1 < argc) {

@@ -11,6 +11,7 @@
 
 #include "engine/llm_engine.h"
 #include "model/architectures.h"
+#include "bench_args.h"
 
 using namespace latentserve;
 
@@ -29,9 +30,9 @@ int main(int argc, char** argv) {
   std::string json_path = "bench_engine.json";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--threads") threads = std::stoi(argv[i + 1]);
-    else if (flag == "--prompt") prompt_len = std::stoll(argv[i + 1]);
-    else if (flag == "--output") output_len = std::stoll(argv[i + 1]);
+    if (flag == "--threads") threads = int(bench::int_arg(flag, argv[i + 1]));
+    else if (flag == "--prompt") prompt_len = bench::int_arg(flag, argv[i + 1], 1);
+    else if (flag == "--output") output_len = bench::int_arg(flag, argv[i + 1], 1);
     else if (flag == "--json") json_path = argv[i + 1];
     else { fmt::print(stderr, "unknown flag {}\n", flag); return 2; }
   }

@@ -29,6 +29,7 @@
 #include "backend/cpu/cpu_kv_cache.h"
 #include "backend/cpu/paged_attention.h"
 #include "model/architectures.h"
+#include "bench_args.h"
 
 using namespace latentserve;
 namespace fs = std::filesystem;
@@ -441,7 +442,7 @@ int main(int argc, char** argv) {
     if (flag == "--fixtures")
       fixtures = argv[i + 1];
     else if (flag == "--threads")
-      threads = std::stoi(argv[i + 1]);
+      threads = int(bench::int_arg(flag, argv[i + 1]));
     else if (flag == "--json")
       json_path = argv[i + 1];
     else {

@@ -29,6 +29,7 @@
 #include "attention/mla_verify.h"
 #include "core/bf16.h"
 #include "perf/machine_probe.h"
+#include "bench_args.h"
 
 using namespace latentserve;
 
@@ -128,12 +129,12 @@ int main(int argc, char** argv) {
   double budget_s = 2.0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--threads") threads = std::stoi(argv[i + 1]);
+    if (flag == "--threads") threads = int(bench::int_arg(flag, argv[i + 1]));
     else if (flag == "--json") json_path = argv[i + 1];
-    else if (flag == "--naive-max-context") naive_max_context = std::stoll(argv[i + 1]);
-    else if (flag == "--max-context") max_context = std::stoll(argv[i + 1]);
-    else if (flag == "--max-prefill") max_prefill = std::stoll(argv[i + 1]);
-    else if (flag == "--budget-s") budget_s = std::stod(argv[i + 1]);
+    else if (flag == "--naive-max-context") naive_max_context = bench::int_arg(flag, argv[i + 1], 1);
+    else if (flag == "--max-context") max_context = bench::int_arg(flag, argv[i + 1], 1);
+    else if (flag == "--max-prefill") max_prefill = bench::int_arg(flag, argv[i + 1], 1);
+    else if (flag == "--budget-s") budget_s = bench::double_arg(flag, argv[i + 1], 0.01, 3600);
     else { fmt::print(stderr, "unknown flag {}\n", flag); return 2; }
   }
   const auto bench_start = Clock::now();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "bench_args.h"
 
 using namespace latentserve;
 
@@ -76,9 +77,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc)
-      n_threads = std::atoi(argv[++i]);
+      n_threads = int(bench::int_arg("--threads", argv[++i]));
     else if (a == "--calls" && i + 1 < argc)
-      calls = std::atoi(argv[++i]);
+      calls = int(bench::int_arg("--calls", argv[++i], 1));
     else {
       fmt::print(stderr, "usage: bench_thread_pool [--threads N] [--calls N]\n");
       return 2;

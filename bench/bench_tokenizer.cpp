@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/tokenizer.h"
+#include "bench_args.h"
 
 namespace fs = std::filesystem;
 using latentserve::tokenizer::Tokenizer;
@@ -45,7 +46,7 @@ std::vector<std::string> chunks(const std::string& text, size_t size) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const double megabytes = argc > 1 ? std::stod(argv[1]) : 4.0;
+  const double megabytes = argc > 1 ? latentserve::bench::double_arg("megabytes", argv[1], 0.001, 4096) : 4.0;
   const size_t chunk_bytes = 65536;
   const fs::path tests = fs::path(__FILE__).parent_path().parent_path() / "tests";
   const fs::path text_file = fs::temp_directory_path() / "latentserve_bench_tokenizer.txt";
