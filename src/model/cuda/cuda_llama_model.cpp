@@ -118,7 +118,7 @@ class CudaLlamaModel final : public CausalLM {
       if (fused_gemv_rows_ < 0 || fused_gemv_rows_ > cuda::kGemvMaxRows)
         fail("LATENTSERVE_CUDA_FUSED_GEMV_ROWS={} must be in [0, {}]", rows, cuda::kGemvMaxRows);
     }
-    // 1: the fused chain's q|k|v gemv does RoPE + the K/V write; 0 (for now the default): its own kernel.
+    // 1 (the default): the fused chain's q|k|v gemv does RoPE + the K/V write; 0: its own kernel.
     if (const char* on = std::getenv("LATENTSERVE_CUDA_FUSED_ROPE")) {
       const int value = env_int("LATENTSERVE_CUDA_FUSED_ROPE", on);
       if (value != 0 && value != 1) fail("LATENTSERVE_CUDA_FUSED_ROPE={} must be 0 or 1", on);
@@ -431,8 +431,8 @@ class CudaLlamaModel final : public CausalLM {
   // is q|k|v with the input norm in front, RoPE + the K/V write, attention, o adding into the
   // residual, gate|up with the post-attention norm in front and SwiGLU behind, down adding into
   // the residual: 6 kernels a layer instead of 9. record()'s arithmetic, except that the normed
-  // rows are not rounded to bf16 before the q|k|v and gate|up products (gemv.h). With
-  // LATENTSERVE_CUDA_FUSED_ROPE=1 the q|k|v gemv also does RoPE + the K/V write (5 kernels),
+  // rows are not rounded to bf16 before the q|k|v and gate|up products (gemv.h). The q|k|v gemv
+  // also does RoPE + the K/V write (5 kernels; LATENTSERVE_CUDA_FUSED_ROPE=0 turns that off),
   // except where it cannot: Qwen3's q/k norms sit between
   // the product and the rotation, and an FP8 cache still to be calibrated is measured on the
   // product before anything is written.
@@ -638,9 +638,9 @@ class CudaLlamaModel final : public CausalLM {
   bool fast_attention_ = false;  // head_dim 64 or 128: the tensor-core kernels
   std::optional<cuda::PagedDecodeKernel> decode_kernel_override_;  // LATENTSERVE_CUDA_DECODE_KERNEL
   int fused_gemv_rows_ = 1;  // LATENTSERVE_CUDA_FUSED_GEMV_ROWS: steps of <= this many rows run record_fused_gemv
-  // LATENTSERVE_CUDA_FUSED_ROPE: the chain's q|k|v gemv does RoPE + the K/V write. Off until its
-  // GPU tests have run and the A/B is measured (written in a session that got no GPU).
-  bool fused_rope_ = false;
+  // LATENTSERVE_CUDA_FUSED_ROPE (default 1): the chain's q|k|v gemv does RoPE + the K/V write;
+  // 0 runs the RoPE kernel of its own (for A/B runs and the bit-equality test).
+  bool fused_rope_ = true;
 };
 
 }  // namespace
