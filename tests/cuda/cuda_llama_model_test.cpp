@@ -481,7 +481,9 @@ TEST(CudaLlamaModel, ABadTuningVariableIsAnErrorNamingIt) {
                                                      {"LATENTSERVE_CUDA_GEMV_CONFIG", "r3u3"},
                                                      {"LATENTSERVE_CUDA_CONTEXT_BUCKETS", "0"},
                                                      {"LATENTSERVE_CUDA_FUSED_ROPE", "2"},
-                                                     {"LATENTSERVE_CUDA_GEMM_AUTOTUNE", "yes"}};
+                                                     {"LATENTSERVE_CUDA_GEMM_AUTOTUNE", "yes"},
+                                                     {"LATENTSERVE_CUDA_GEMM_CANDIDATES", "0"},
+                                                     {"LATENTSERVE_CUDA_GEMM_CANDIDATES", "65"}};
   for (const auto& [variable, value] : bad) {
     SCOPED_TRACE(::testing::Message() << variable << "=" << value);
     ScopedEnv knob(variable, value);

@@ -113,6 +113,36 @@ TEST(CudaGemm, RepeatedShapesReuseTheirPlanAndMisalignedPointersGetTheirOwn) {
   EXPECT_LT(relative_l2(got, ref), 1e-2) << first_bad(got, ref);
 }
 
+// The autotune picks from 1 or from up to 64 of cuBLASLt's heuristic results; whichever kernel
+// it keeps must give the reference's numbers (decode-like m = 64 and an odd n).
+TEST(CudaGemm, EveryCandidateCountGivesTheReferenceResult) {
+  LS_REQUIRE_GPU();
+  const int64_t m = 64, n = 1027, k = 512;
+  const auto x = random_bf16_values(size_t(m * k), 7, 1.0f), w = random_bf16_values(size_t(n * k), 8, 0.05f);
+  auto dx = to_device(to_bf16_bits(x)), dw = to_device(to_bf16_bits(w));
+  const auto ref = reference(x, w, nullptr, m, n, k);
+  for (int candidates : {1, 8, cuda::kMaxGemmCandidates}) {
+    SCOPED_TRACE(::testing::Message() << candidates << " candidates");
+    cuda::Gemm gemm;
+    gemm.set_candidates(candidates);
+    auto dy = poisoned_f32(size_t(m * n));
+    gemm.bf16(dx.data(), dw.data(), dy.data(), m, n, k, true, nullptr, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto got = to_host<float>(dy, size_t(m * n));
+    EXPECT_LT(relative_l2(got, ref), 1e-3) << first_bad(got, ref);
+  }
+  cuda::Gemm gemm;
+  for (int bad : {0, cuda::kMaxGemmCandidates + 1}) {
+    try {
+      gemm.set_candidates(bad);
+      ADD_FAILURE() << bad << " candidates must be refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("found " + std::to_string(bad)), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(gemm.candidates(), cuda::kDefaultGemmCandidates);
+}
+
 TEST(CudaGemm, BadParametersThrowNamingTheShape) {
   LS_REQUIRE_GPU();
   cuda::Gemm gemm;

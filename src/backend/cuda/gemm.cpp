@@ -30,8 +30,6 @@ uint32_t alignment(const void* p) {
   return a % 16 == 0 ? 16 : a % 8 == 0 ? 8 : a % 4 == 0 ? 4 : 2;
 }
 
-constexpr int kCandidates = 8;  // heuristic results kept per shape
-
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -116,7 +114,7 @@ struct Gemm::State {
   // The descriptors for one shape and the heuristic's best algorithm; false when the heuristic
   // finds none (only asked for the bf16-bias-into-f32 epilogue, which has a fallback).
   bool build(Plan& plan, int64_t m, int64_t n, int64_t k, bool y_f32, const void* bias, bool bias_epilogue,
-             const uint32_t align[4]) {
+             const uint32_t align[4], int n_candidates) {
     check_lt(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor", m, n, k);
     const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
     check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)),
@@ -150,10 +148,10 @@ struct Gemm::State {
     cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[0], 4);
     cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[2], 4);
     cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[2], 4);
-    cublasLtMatmulHeuristicResult_t results[kCandidates]{};
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(n_candidates));
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan.op, plan.a, plan.b, plan.c, plan.c,
-                                                                 preference, kCandidates, results, &found);
+                                                                 preference, n_candidates, results.data(), &found);
     cublasLtMatmulPreferenceDestroy(preference);
     const bool may_fall_back = bias_epilogue && y_f32;
     if (may_fall_back && (status != CUBLAS_STATUS_SUCCESS || found == 0)) return false;
@@ -175,6 +173,12 @@ Gemm::Gemm() : state_(std::make_unique<State>()) {
 
 Gemm::~Gemm() = default;
 
+void Gemm::set_candidates(int n) {
+  if (n < 1 || n > kMaxGemmCandidates)
+    fail("Gemm::set_candidates: need 1..{} heuristic candidates per shape, found {}", kMaxGemmCandidates, n);
+  candidates_ = n;
+}
+
 size_t Gemm::n_cached_plans() const { return state_->plans.size(); }
 
 void Gemm::bf16(const void* x, const void* w, void* y, int64_t m, int64_t n, int64_t k, bool y_f32, const void* bias,
@@ -190,9 +194,9 @@ void Gemm::bf16(const void* x, const void* w, void* y, int64_t m, int64_t n, int
   auto it = state_->plans.find(key);
   if (it == state_->plans.end()) {
     auto plan = std::make_unique<Plan>();
-    if (!state_->build(*plan, m, n, k, y_f32, bias, bias != nullptr, align)) {
+    if (!state_->build(*plan, m, n, k, y_f32, bias, bias != nullptr, align, candidates_)) {
       plan = std::make_unique<Plan>();  // f32 y: matmul without the epilogue, then the bias kernel
-      state_->build(*plan, m, n, k, y_f32, nullptr, false, align);
+      state_->build(*plan, m, n, k, y_f32, nullptr, false, align, candidates_);
       plan->bias_after = true;
     }
     it = state_->plans.emplace(key, std::move(plan)).first;

@@ -20,6 +20,8 @@
 
 namespace latentserve::cuda {
 
+inline constexpr int kDefaultGemmCandidates = 8, kMaxGemmCandidates = 64;
+
 class Gemm {
  public:
   static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
@@ -47,6 +49,10 @@ class Gemm {
   // it applies) on the real operands, from a flushed L2 (outside graph capture), and keeps the
   // fastest, instead of cuBLASLt's first.
   void set_autotune(bool on) { autotune_ = on; }
+  // How many of cuBLASLt's heuristic results a new shape keeps (and the autotune times), in
+  // [1, kMaxGemmCandidates]; plans already made keep theirs.
+  void set_candidates(int n);
+  int candidates() const { return candidates_; }
 
  private:
   struct State;
@@ -56,6 +62,7 @@ class Gemm {
   // end to end 5% faster than r4u4 at batch 1 (H100, docs/cuda-backend.md, "split-k gemv").
   GemvConfig gemv_config_ = GemvConfig::Rows4Unroll4Split4;
   bool autotune_ = true;
+  int candidates_ = kDefaultGemmCandidates;
 };
 
 }  // namespace latentserve::cuda

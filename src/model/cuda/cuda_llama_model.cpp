@@ -112,6 +112,13 @@ class CudaLlamaModel final : public CausalLM {
       if (value != 0 && value != 1) fail("LATENTSERVE_CUDA_GEMM_AUTOTUNE={} must be 0 or 1", on);
       gemm_->set_autotune(value == 1);
     }
+    // cuBLASLt heuristic results a GEMM shape keeps and the autotune times (default 8).
+    if (const char* n = std::getenv("LATENTSERVE_CUDA_GEMM_CANDIDATES")) {
+      const int value = env_int("LATENTSERVE_CUDA_GEMM_CANDIDATES", n);
+      if (value < 1 || value > cuda::kMaxGemmCandidates)
+        fail("LATENTSERVE_CUDA_GEMM_CANDIDATES={} must be in [1, {}]", n, cuda::kMaxGemmCandidates);
+      gemm_->set_candidates(value);
+    }
     // Steps of up to this many rows run the fused gemv chain (record_fused_gemv; 0 = never).
     if (const char* rows = std::getenv("LATENTSERVE_CUDA_FUSED_GEMV_ROWS")) {
       fused_gemv_rows_ = env_int("LATENTSERVE_CUDA_FUSED_GEMV_ROWS", rows);
