@@ -372,10 +372,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch_list = bench::int_list_arg("--batch", argv[++i]);
     else if (!std::strcmp(argv[i], "--pow2-bound")) g_bound_steps = 1;
     else if (!std::strcmp(argv[i], "--model-bound")) g_bound_steps = cuda::kDecodeContextBucketsPerOctave;
-    else if (!std::strcmp(argv[i], "--bucket-steps") && i + 1 < argc) {
-      // buckets an octave
+    else if (!std::strcmp(argv[i], "--bucket-steps") && i + 1 < argc)  // buckets an octave
       g_bound_steps = int(bench::int_arg("--bucket-steps", argv[++i], 1, cuda::kDecodeContextBucketsMaxSteps));
-    }
     else if (!std::strcmp(argv[i], "--layout-probe")) layout_probe = true;
     else if (!std::strcmp(argv[i], "--kv-layout") && i + 1 < argc && !std::strcmp(argv[i + 1], "slot")) g_layout = cuda::KvLayout::SlotMajor, ++i;
     else if (!std::strcmp(argv[i], "--kv-layout") && i + 1 < argc && !std::strcmp(argv[i + 1], "head")) g_layout = cuda::KvLayout::HeadMajor, ++i;
